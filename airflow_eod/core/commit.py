@@ -1,0 +1,173 @@
+"""The delta-rs commit engine: one Delta commit that holds a batch's data files, its
+``txn`` marker and its manifest.
+
+The marker check and the commit run against the same snapshot. A racing commit that
+carries the same appId makes ours fail (delta-rs raises ``CommitFailedError``); the
+loser goes back to the ask and never blindly retries the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.transaction import AddAction, create_table_with_add_actions
+
+from airflow_eod.core import table_check
+from airflow_eod.core.ask import BatchStatus, ask_table, open_table
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.errors import BatchError
+from airflow_eod.core.faults import fault_point
+from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.table_uri import local_path
+
+log = logging.getLogger(__name__)
+
+TXN_RETENTION_KEY = "delta.setTransactionRetentionDuration"
+DEFAULT_TXN_RETENTION = "interval 30 days"
+# Rounds of "ask, commit, lose a race to an unrelated writer" before giving up.
+MAX_COMMIT_ROUNDS = 20
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A Parquet file written for a batch attempt, not yet part of the table.
+
+    :param path: the path relative to the table root, with ``/`` separators.
+    :param size: bytes.
+    :param modification_time: milliseconds since the epoch.
+    :param partition_values: Delta partition values (strings, ``None`` for null).
+    :param num_records: rows in the file.
+    :param stats: the Delta stats JSON.
+    """
+
+    path: str
+    size: int
+    modification_time: int
+    partition_values: Mapping[str, str | None]
+    num_records: int
+    stats: str
+
+    def add_action(self) -> AddAction:
+        return AddAction(
+            self.path, self.size, dict(self.partition_values), self.modification_time, True, self.stats
+        )
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """The files one attempt wrote for a batch, and the schema they share.
+
+    :param schema_json: the Delta (Spark) schema JSON of the batch, partition columns
+        included.
+    :param partition_by: partition columns, in order.
+    :param attempt_dir: the attempt's directory, relative to the table root.
+    :param files: the Parquet files.
+    """
+
+    schema_json: str
+    partition_by: list[str]
+    attempt_dir: str
+    files: list[StagedFile] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.num_records for f in self.files)
+
+
+def _table_schema(schema_json: str) -> Schema:
+    """The schema a new table is created with: every top-level column nullable, so that a
+    table this engine creates never carries NOT NULL rules it would not enforce."""
+    body = json.loads(schema_json)
+    for f in body["fields"]:
+        f["nullable"] = True
+    return Schema.from_json(json.dumps(body))
+
+
+def _check_not_nulls(table: DeltaTable, staged: StagedBatch, label: str) -> None:
+    for column in table_check.not_null_columns(table):
+        for f in staged.files:
+            nulls = json.loads(f.stats).get("nullCount", {}).get(column)
+            if nulls is None or nulls > 0:
+                raise BatchError(
+                    label,
+                    f"column {column} is NOT NULL in the table but file {f.path} "
+                    f"has {'unknown' if nulls is None else nulls} nulls in it",
+                )
+
+
+def commit_batch(
+    table_uri: str,
+    batch: BatchKey,
+    generation: int,
+    staged: StagedBatch,
+    manifest: Manifest,
+    *,
+    table_configuration: Mapping[str, str] | None = None,
+    try_number: int | None = None,
+) -> tuple[bool, BatchStatus]:
+    """Commit ``staged`` as ``batch`` at ``generation`` unless the table already has it.
+
+    :returns: ``(we_committed, status)`` where ``status`` is the table's answer after the
+        commit (or the answer that showed the batch was already there).
+    """
+    path = local_path(table_uri)
+    config = {TXN_RETENTION_KEY: DEFAULT_TXN_RETENTION, **(table_configuration or {})}
+    adds = [f.add_action() for f in staged.files]
+    for round_no in range(1, MAX_COMMIT_ROUNDS + 1):
+        table = open_table(path)
+        status = ask_table(table, batch, generation)
+        if status.committed:
+            return False, status
+        props = CommitProperties(
+            custom_metadata={"userMetadata": manifest.to_user_metadata()},
+            app_transactions=[Transaction(batch.app_id, generation, int(time.time() * 1000))],
+        )
+        try:
+            if table is None:
+                fault_point("before_commit", try_number=try_number)
+                create_table_with_add_actions(
+                    path,
+                    _table_schema(staged.schema_json),
+                    adds,
+                    mode="error",
+                    partition_by=staged.partition_by or None,
+                    configuration=config,
+                    commit_properties=props,
+                )
+            else:
+                table_check.check_writable(table, path)
+                table_check.check_schema(table, staged.schema_json, staged.partition_by, batch.label)
+                _check_not_nulls(table, staged, batch.label)
+                fault_point("before_commit", try_number=try_number)
+                table.create_write_transaction(
+                    adds,
+                    "append",
+                    table.schema(),
+                    partition_by=list(table.metadata().partition_columns) or None,
+                    commit_properties=props,
+                )
+        except CommitFailedError as exc:
+            log.info("batch %s: commit lost a race (%s); asking the table again", batch, exc)
+            continue
+        except DeltaError as exc:
+            if table is None and open_table(path) is not None:
+                log.info("batch %s: another attempt created the table first; asking again", batch)
+                continue
+            raise BatchError(batch.label, f"the Delta commit failed: {exc}") from exc
+        after = ask_table(open_table(path), batch, generation)
+        if not after.committed:
+            raise BatchError(batch.label, "the commit returned but the table has no marker for it")
+        ours = after.manifest is not None and after.manifest.attempt_id == manifest.attempt_id
+        log.info("batch %s: committed at table version %s (round %d)", batch, after.table_version, round_no)
+        return ours, after
+    raise BatchError(
+        batch.label,
+        f"gave up after {MAX_COMMIT_ROUNDS} commit rounds lost to concurrent writers; "
+        "nothing was committed, the next attempt will ask and try again",
+    )

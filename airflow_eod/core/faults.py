@@ -1,0 +1,48 @@
+"""Named fault points on the write path, armed only through an environment variable.
+
+The crash tests and the demo need an attempt to die at an exact protocol boundary
+(before the write, after the files, just before the commit, after the commit). A point is
+armed with ``EOD_FAULTPOINTS="after_commit=raise@1,after_stage=kill"``: ``raise`` throws
+:class:`InjectedFault`, ``kill`` sends SIGKILL to the process, and ``@N`` limits the
+point to try number N. With the variable unset the points do nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV_VAR = "EOD_FAULTPOINTS"
+POINTS = ("before_write", "after_stage", "before_commit", "after_commit")
+
+
+class InjectedFault(BaseException):
+    """Raised at an armed fault point whose action is ``raise``.
+
+    It derives from ``BaseException`` on purpose: it stands for the process dying, so the
+    ``except Exception`` of the operator's decide step must not turn it into a success.
+    """
+
+
+def _armed(point: str) -> list[tuple[str, int | None]]:
+    spec = os.environ.get(ENV_VAR, "")
+    found: list[tuple[str, int | None]] = []
+    for item in filter(None, (p.strip() for p in spec.split(","))):
+        name, _, action = item.partition("=")
+        if name != point:
+            continue
+        action, _, try_no = action.partition("@")
+        found.append((action or "raise", int(try_no) if try_no else None))
+    return found
+
+
+def fault_point(point: str, *, try_number: int | None = None) -> None:
+    """Fire the fault armed for ``point``, if any, for this try."""
+    if point not in POINTS:
+        raise ValueError(f"unknown fault point {point!r}")
+    for action, only_try in _armed(point):
+        if only_try is not None and only_try != try_number:
+            continue
+        if action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise InjectedFault(f"injected fault at {point} (try {try_number})")

@@ -1,0 +1,125 @@
+"""Per-file Delta statistics (numRecords, minValues, maxValues, nullCount) read from
+Parquet footers, so data skipping works on files the engine commits.
+
+Only values that can be stated exactly are written: a missing min/max never makes a
+reader skip a file that holds matching rows, a wrong one would. Long strings, binary,
+booleans, NaN and decimals that a JSON number cannot hold exactly get no min/max.
+Timestamps are floored (min) or ceiled (max) to the millisecond precision of the stats.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from decimal import Decimal
+from typing import Any
+
+import pyarrow.parquet as pq
+
+MAX_STRING_STAT = 32
+_UNSET = object()
+
+
+def _ts_to_stat(value: dt.datetime, *, ceil: bool, utc: bool) -> str:
+    micros = value.microsecond
+    value = value.replace(microsecond=(micros // 1000) * 1000)
+    if ceil and micros % 1000:
+        value += dt.timedelta(milliseconds=1)
+    if utc and value.tzinfo is not None:
+        value = value.astimezone(dt.timezone.utc)
+    text = value.replace(tzinfo=None).isoformat(timespec="milliseconds")
+    return text + ("Z" if utc else "")
+
+
+def _stat_value(value: Any, *, ceil: bool, utc: bool) -> Any:
+    """The JSON value for a min/max, or ``_UNSET`` when it cannot be stated exactly."""
+    if isinstance(value, bool) or value is None:
+        return _UNSET
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _UNSET
+    if isinstance(value, Decimal):
+        as_float = float(value)
+        return as_float if Decimal(repr(as_float)) == value else _UNSET
+    if isinstance(value, str):
+        return value if len(value) <= MAX_STRING_STAT else _UNSET
+    if isinstance(value, dt.datetime):
+        return _ts_to_stat(value, ceil=ceil, utc=utc)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return _UNSET
+
+
+def _set_nested(target: dict[str, Any], path: list[str], value: Any) -> None:
+    for part in path[:-1]:
+        target = target.setdefault(part, {})
+    target[path[-1]] = value
+
+
+def file_stats(path: str) -> tuple[int, str]:
+    """``(numRecords, stats JSON)`` for the Parquet file at ``path``."""
+    meta = pq.read_metadata(path)
+    schema = meta.schema
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, Any] = {}
+    arrow_schema = schema.to_arrow_schema()
+    for col in range(meta.num_columns):
+        column = schema.column(col)
+        parts = column.path.split(".")
+        # Leaves inside lists and maps get no stats: Delta keeps stats for structs only.
+        if _inside_list_or_map(arrow_schema, parts):
+            continue
+        lo: Any = _UNSET
+        hi: Any = _UNSET
+        null_count: int | None = 0
+        have_minmax = True
+        utc = _is_utc_timestamp(column)
+        for rg in range(meta.num_row_groups):
+            if meta.row_group(rg).num_rows == 0:
+                continue
+            st = meta.row_group(rg).column(col).statistics
+            if st is None:
+                have_minmax, null_count = False, None
+                break
+            if null_count is not None:
+                null_count = null_count + st.null_count if st.has_null_count else None
+            if not st.has_min_max:
+                # A row group of nulls only has no min/max; it does not widen the range.
+                if st.has_null_count and st.null_count == meta.row_group(rg).num_rows:
+                    continue
+                have_minmax = False
+                continue
+            cand_lo = _stat_value(st.min, ceil=False, utc=utc)
+            cand_hi = _stat_value(st.max, ceil=True, utc=utc)
+            if cand_lo is _UNSET or cand_hi is _UNSET:
+                have_minmax = False
+                continue
+            lo = cand_lo if lo is _UNSET or cand_lo < lo else lo
+            hi = cand_hi if hi is _UNSET or cand_hi > hi else hi
+        if have_minmax and lo is not _UNSET:
+            _set_nested(mins, parts, lo)
+            _set_nested(maxs, parts, hi)
+        if null_count is not None:
+            _set_nested(nulls, parts, null_count)
+    stats = {"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+    return meta.num_rows, json.dumps(stats, sort_keys=True)
+
+
+def _is_utc_timestamp(column: Any) -> bool:
+    logical = str(column.logical_type)
+    return "isAdjustedToUTC=true" in logical.replace(" ", "") or "is_adjusted_to_utc=true" in logical
+
+
+def _inside_list_or_map(arrow_schema: Any, parts: list[str]) -> bool:
+    import pyarrow as pa
+
+    field_type = arrow_schema.field(parts[0]).type
+    for part in parts[1:]:
+        if pa.types.is_struct(field_type):
+            field_type = field_type.field(part).type
+        else:
+            return True
+    return pa.types.is_list(field_type) or pa.types.is_map(field_type) or pa.types.is_large_list(field_type)

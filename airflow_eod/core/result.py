@@ -1,0 +1,41 @@
+"""The small JSON-able result every load returns, and the outcomes it can report."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+COMMITTED = "committed"
+ALREADY_COMMITTED = "already_committed"
+NO_NEW_DATA = "no_new_data"
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What a load attempt ended with, decided by asking the table.
+
+    :param pipeline_id: the pipeline.
+    :param batch_key: the batch key (``None`` when there was nothing to load).
+    :param generation: the committed generation.
+    :param table_version: the Delta table version that holds the batch.
+    :param rows: rows in the batch.
+    :param files: data files in the batch.
+    :param outcome: ``committed``, ``already_committed`` or ``no_new_data``.
+    :param table_uri: the target table.
+    """
+
+    pipeline_id: str
+    batch_key: str | None
+    generation: int | None
+    table_version: int | None
+    rows: int
+    files: int
+    outcome: str
+    table_uri: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoadResult:
+        return cls(**data)

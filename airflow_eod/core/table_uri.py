@@ -1,0 +1,40 @@
+"""Normalising table URIs and mapping them to local paths for the files beside the table."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote, urlparse
+
+from airflow_eod.core.errors import ConfigurationError
+
+# Directory inside the table root that holds the plan log. The leading underscore keeps
+# Delta's VACUUM away from it, and readers never look outside ``_delta_log``'s list.
+META_DIR = "_eod"
+# Directory inside the table root that holds staged and committed data files. No leading
+# underscore or dot: VACUUM must be able to delete files that a restatement removed.
+DATA_DIR = "eod_data"
+
+
+def local_path(table_uri: str) -> str:
+    """The local filesystem path of ``table_uri`` (a path or a ``file://`` URI).
+
+    The plan log needs put-if-absent, which this release implements with the local (or
+    shared, POSIX) filesystem; object-store URIs are refused with a clear error.
+    """
+    parsed = urlparse(table_uri)
+    if parsed.scheme in ("", "file"):
+        path = unquote(parsed.path) if parsed.scheme == "file" else table_uri
+        if not path:
+            raise ConfigurationError(f"table URI {table_uri!r} has no path")
+        return os.path.abspath(path)
+    if len(parsed.scheme) == 1:  # a Windows drive letter, not a scheme
+        return os.path.abspath(table_uri)
+    raise ConfigurationError(
+        f"table URI {table_uri!r}: only local or shared-filesystem paths (or file:// URIs) "
+        "are supported by this release, because the plan log needs put-if-absent files"
+    )
+
+
+def normalise(table_uri: str) -> str:
+    """The canonical form of a table URI used in results and logs (an absolute path)."""
+    return local_path(table_uri)

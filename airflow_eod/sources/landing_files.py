@@ -1,0 +1,168 @@
+"""The landing-files source: a directory of CSV, JSON or Parquet files.
+
+With ``boundary="offsets"`` a batch is the frozen list of files (path, size, mtime) that
+no earlier batch of the pipeline holds, oldest first, capped by a number of files or
+bytes. Loaded files are tracked as a set, not as a max-mtime watermark, so a late file
+with an old mtime is still loaded once. With ``boundary="interval"`` a batch is every file
+in the (usually templated) directory when the DAG run's interval is first planned.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
+from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import DataFrame, SparkSession
+
+FORMATS = ("csv", "json", "parquet")
+BOUNDARIES = ("offsets", "interval")
+# Spark's defaults make malformed CSV/JSON rows silently null; a load that must be exact
+# fails on them instead.
+_DEFAULT_READ_OPTIONS: dict[str, dict[str, str]] = {
+    "csv": {"header": "true", "mode": "FAILFAST"},
+    "json": {"mode": "FAILFAST"},
+    "parquet": {},
+}
+
+
+@dataclass(frozen=True)
+class LandingFilesSource:
+    """A landing directory of files.
+
+    :param path: the landing directory.
+    :param file_format: ``csv``, ``json`` or ``parquet``.
+    :param schema: the Spark DDL schema of the files (recommended: an inferred schema may
+        differ between batches and then fails the schema check).
+    :param read_options: Spark reader options, on top of the defaults.
+    :param pattern: a glob on file names; files starting with ``_`` or ``.`` are never read.
+    :param boundary: ``offsets`` or ``interval``.
+    :param max_files_per_batch: cap on files per offset batch.
+    :param max_bytes_per_batch: cap on bytes per offset batch (a single larger file still
+        makes a batch of its own).
+    """
+
+    path: str
+    file_format: str = "csv"
+    schema: str | None = None
+    read_options: dict[str, str] = field(default_factory=dict)
+    pattern: str = "*"
+    boundary: str = "offsets"
+    max_files_per_batch: int | None = None
+    max_bytes_per_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.file_format not in FORMATS:
+            raise ConfigurationError(f"file_format {self.file_format!r} is not one of {FORMATS}")
+        if self.boundary not in BOUNDARIES:
+            raise ConfigurationError(f"boundary {self.boundary!r} is not one of {BOUNDARIES}")
+        for name in ("max_files_per_batch", "max_bytes_per_batch"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigurationError(f"{name} must be at least 1, not {value}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "landing_files", **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LandingFilesSource:
+        body = {k: v for k, v in data.items() if k != "type"}
+        return cls(**body)
+
+    # -- planning (no Spark) -----------------------------------------------------
+    def list_files(self) -> list[dict[str, Any]]:
+        """Every candidate file now, oldest first (mtime, then path)."""
+        root = os.path.abspath(self.path)
+        if not os.path.isdir(root):
+            raise ConfigurationError(f"landing directory {root} does not exist")
+        found: list[dict[str, Any]] = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(("_", ".")))
+            for name in filenames:
+                if name.startswith(("_", ".")) or not fnmatch.fnmatch(name, self.pattern):
+                    continue
+                full = os.path.join(dirpath, name)
+                st = os.stat(full)
+                found.append({"path": full, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+        found.sort(key=lambda f: (f["mtime_ns"], f["path"]))
+        return found
+
+    def _next_offsets(self, history: list[Plan]) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        loaded = {f["path"] for plan in history for f in plan.inputs}
+        batch: list[dict[str, Any]] = []
+        total = 0
+        for entry in self.list_files():
+            if entry["path"] in loaded:
+                continue
+            if batch and self.max_files_per_batch and len(batch) >= self.max_files_per_batch:
+                break
+            if batch and self.max_bytes_per_batch and total + entry["size"] > self.max_bytes_per_batch:
+                break
+            batch.append(entry)
+            total += entry["size"]
+        if not batch:
+            return None
+        return {"directory": os.path.abspath(self.path), "files": len(batch), "bytes": total}, batch
+
+    def plan(
+        self,
+        plan_log: PlanLog,
+        *,
+        run_token: str,
+        is_committed: Callable[[BatchKey], bool],
+        interval: tuple[datetime, datetime] | None = None,
+    ) -> Plan | None:
+        """Freeze the batch this run loads (``None``: nothing new for an offset pipeline)."""
+        if self.boundary == "interval":
+            if interval is None:
+                raise ConfigurationError(
+                    "boundary='interval' needs the DAG run's data interval, and this run has "
+                    "none (a manual run without a logical date); trigger it with a logical "
+                    "date, or use boundary='offsets'"
+                )
+            return plan_interval_batch(
+                plan_log, start=interval[0], end=interval[1], inputs=self.list_files
+            )
+        return plan_offset_batch(
+            plan_log, run_token=run_token, is_committed=is_committed, next_offsets=self._next_offsets
+        )
+
+    def verify(self, plan: Plan) -> None:
+        """Fail if any planned file changed since planning (invariant I3)."""
+        for entry in plan.inputs:
+            try:
+                st = os.stat(entry["path"])
+            except FileNotFoundError:
+                raise InputChangedError(
+                    plan.key.label, f"landing file {entry['path']} was planned but is gone"
+                ) from None
+            if st.st_size != entry["size"] or st.st_mtime_ns != entry["mtime_ns"]:
+                raise InputChangedError(
+                    plan.key.label,
+                    f"landing file {entry['path']} changed after it was planned "
+                    f"(size {entry['size']} -> {st.st_size}, mtime_ns {entry['mtime_ns']} -> "
+                    f"{st.st_mtime_ns}); nothing was committed. Restore the file, or restate "
+                    "the batch on purpose",
+                )
+
+    # -- reading (Spark) ---------------------------------------------------------
+    def read(self, spark: SparkSession, plan: Plan) -> DataFrame:
+        """A DataFrame of exactly the planned files."""
+        if not plan.inputs:
+            raise BatchError(plan.key.label, "the plan lists no files")
+        reader = spark.read.format(self.file_format).options(
+            **{**_DEFAULT_READ_OPTIONS[self.file_format], **self.read_options}
+        )
+        if self.schema:
+            reader = reader.schema(self.schema)
+        return reader.load([f"file://{e['path']}" for e in plan.inputs])

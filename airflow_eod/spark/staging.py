@@ -1,0 +1,80 @@
+"""Staging: Spark writes a batch's Parquet files into the attempt's own directory.
+
+Nothing written here is visible in the table until the commit adds it. The files' Delta
+statistics and partition values are read back from the footers and the directory names.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.cleanup import attempt_dir
+from airflow_eod.core.commit import StagedBatch, StagedFile
+from airflow_eod.core.errors import BatchError
+from airflow_eod.core.parquet_stats import file_stats
+from airflow_eod.core.table_uri import local_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# Types whose partition directory name is also the Delta partition value string.
+PARTITION_TYPES = ("string", "integer", "long", "short", "byte", "date", "boolean")
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+def _check_partitions(df: DataFrame, partition_by: list[str], label: str) -> None:
+    types = {f.name: f.dataType.typeName() for f in df.schema.fields}
+    for col in partition_by:
+        if col not in types:
+            raise BatchError(label, f"partition column {col} is not in the data ({sorted(types)})")
+        if types[col] not in PARTITION_TYPES:
+            raise BatchError(
+                label,
+                f"partition column {col} has type {types[col]}; partition by one of "
+                f"{', '.join(PARTITION_TYPES)}",
+            )
+    if partition_by and len(partition_by) == len(types):
+        raise BatchError(label, "every column is a partition column; keep at least one data column")
+
+
+def stage_dataframe(
+    df: DataFrame,
+    table_uri: str,
+    batch: BatchKey,
+    generation: int,
+    attempt_id: str,
+    partition_by: list[str],
+) -> StagedBatch:
+    """Write ``df`` as Parquet under the attempt's directory and describe the files."""
+    _check_partitions(df, partition_by, batch.label)
+    root = local_path(table_uri)
+    rel_dir = attempt_dir(batch, generation, attempt_id)
+    out = os.path.join(root, rel_dir)
+    writer = df.write.mode("errorifexists").format("parquet")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(f"file://{out}")
+    files: list[StagedFile] = []
+    for dirpath, _dirs, names in os.walk(out):
+        for name in sorted(names):
+            full = os.path.join(dirpath, name)
+            if name.startswith("."):
+                os.unlink(full)  # Hadoop's .crc side files are not data
+                continue
+            if not name.endswith(".parquet"):
+                continue
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            parts: dict[str, str | None] = {}
+            for seg in os.path.relpath(dirpath, out).split(os.sep):
+                if "=" in seg:
+                    col, _, raw = seg.partition("=")
+                    value = unquote(raw)
+                    parts[unquote(col)] = None if value == _HIVE_NULL else value
+            rows, stats = file_stats(full)
+            st = os.stat(full)
+            files.append(StagedFile(rel, st.st_size, int(st.st_mtime * 1000), parts, rows, stats))
+    files.sort(key=lambda f: f.path)
+    return StagedBatch(df.schema.json(), list(partition_by), rel_dir, files)
