@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from airflow_eod.core.ask import BatchStatus
+from airflow_eod.core.table_uri import normalise
+
 COMMITTED = "committed"
 ALREADY_COMMITTED = "already_committed"
 NO_NEW_DATA = "no_new_data"
@@ -39,3 +42,18 @@ class LoadResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoadResult:
         return cls(**data)
+
+
+def result_from_status(table_uri: str, status: BatchStatus, outcome: str) -> LoadResult:
+    """The load result the table stands behind, built from the ask's answer."""
+    m = status.manifest
+    return LoadResult(
+        pipeline_id=status.batch.pipeline_id,
+        batch_key=status.batch.key,
+        generation=status.committed_generation,
+        table_version=status.table_version,
+        rows=m.rows if m else 0,
+        files=m.files if m else 0,
+        outcome=outcome,
+        table_uri=normalise(table_uri),
+    )

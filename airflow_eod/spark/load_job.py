@@ -18,15 +18,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_eod.core.ask import BatchStatus, ask
+from airflow_eod.core.ask import ask
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.errors import BatchError, ConfigurationError, EodError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import Plan
-from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, LoadResult
-from airflow_eod.core.table_uri import normalise
+from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, LoadResult, result_from_status
 from airflow_eod.sources import source_from_dict
 
 if TYPE_CHECKING:
@@ -93,21 +92,6 @@ def resolve_transform(path: str) -> Transform:
     if not callable(fn):
         raise ConfigurationError(f"transform {path!r} is not callable")
     return fn  # type: ignore[no-any-return]
-
-
-def result_from_status(table_uri: str, status: BatchStatus, outcome: str) -> LoadResult:
-    """The load result the table stands behind."""
-    m = status.manifest
-    return LoadResult(
-        pipeline_id=status.batch.pipeline_id,
-        batch_key=status.batch.key,
-        generation=status.committed_generation,
-        table_version=status.table_version,
-        rows=m.rows if m else 0,
-        files=m.files if m else 0,
-        outcome=outcome,
-        table_uri=normalise(table_uri),
-    )
 
 
 def run_load(spark: SparkSession, spec: LoadSpec, transform: Transform | None = None) -> LoadResult:

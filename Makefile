@@ -1,0 +1,35 @@
+# Set-up and the two commands the README names: `make demo` and `make test`.
+# Both create (or reuse) a project-local .venv; prerequisites are Python 3.11+ and Java 17+.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint typecheck check-java clean
+
+check-java:
+	@command -v java >/dev/null 2>&1 || { echo "Java 17 or newer is required (Spark runs on the JVM): install a JDK, e.g. 'apt-get install openjdk-17-jdk-headless'"; exit 1; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	 if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then echo "Java 17 or newer is required, found: $$(java -version 2>&1 | head -1)"; exit 1; fi
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { echo "Python 3.11 or newer is required"; exit 1; }
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: check-java $(STAMP)
+	$(BIN)/python -m airflow_eod.examples.demo
+
+test: check-java $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check airflow_eod dags tests benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

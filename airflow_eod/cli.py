@@ -1,0 +1,76 @@
+"""The ``airflow-eod`` console script: what a runbook or a shell script asks of a table.
+
+``airflow-eod status TABLE`` lists, per pipeline, the committed batches with their
+generation, table version and rows. ``airflow-eod check TABLE --pipeline P --batch K``
+exits 0 when the batch is committed and 1 when it is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from airflow_eod.core.ask import ask
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.errors import EodError
+from airflow_eod.core.table_status import table_status
+
+
+def _status(args: argparse.Namespace) -> int:
+    summaries = table_status(args.table)
+    if args.json:
+        print(json.dumps([
+            {"pipeline_id": s.pipeline_id, "batches": [vars(b) for b in s.batches]} for s in summaries
+        ], indent=2))
+        return 0
+    if not summaries:
+        print(f"{args.table}: no airflow-eod pipelines")
+        return 0
+    for s in summaries:
+        rows = sum(b.rows or 0 for b in s.committed)
+        print(f"pipeline {s.pipeline_id}: {len(s.committed)} committed, {len(s.pending)} planned "
+              f"but not committed, {rows} rows")
+        for b in s.batches:
+            state = "committed" if b.generation is not None else "NOT COMMITTED"
+            print(f"  {b.batch_key}  {state}  generation={b.generation}  "
+                  f"table_version={b.table_version}  rows={b.rows}")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    status = ask(args.table, BatchKey(args.pipeline, args.batch), args.generation)
+    print(json.dumps({
+        "pipeline_id": args.pipeline,
+        "batch_key": args.batch,
+        "committed": status.committed,
+        "generation": status.committed_generation,
+        "table_version": status.table_version,
+        "rows": status.manifest.rows if status.manifest else None,
+    }))
+    return 0 if status.committed else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="airflow-eod", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_status = sub.add_parser("status", help="per pipeline: committed batches, generation, version, rows")
+    p_status.add_argument("table")
+    p_status.add_argument("--json", action="store_true", help="print JSON")
+    p_status.set_defaults(func=_status)
+    p_check = sub.add_parser("check", help="exit 0 if the batch is committed, 1 if not")
+    p_check.add_argument("table")
+    p_check.add_argument("--pipeline", required=True)
+    p_check.add_argument("--batch", required=True)
+    p_check.add_argument("--generation", type=int, default=0)
+    p_check.set_defaults(func=_check)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except EodError as exc:
+        print(f"airflow-eod: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Provider metadata that Airflow's ProvidersManager reads through the entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_eod import __version__
+
+
+def get_provider_info() -> dict[str, Any]:
+    """The provider info dict; it validates against Airflow's ``provider_info.schema.json``."""
+    return {
+        "package-name": "airflow-eod",
+        "name": "Exactly-once Delta loads (airflow-eod)",
+        "description": "Loads data with Apache Spark into Delta Lake tables exactly once.\n",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Delta Lake exactly-once loads",
+                "external-doc-url": "https://delta.io/",
+                "tags": ["apache"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Delta Lake exactly-once loads",
+                "python-modules": ["airflow_eod.operators.landing_files_to_delta"],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "Delta Lake exactly-once loads",
+                "python-modules": ["airflow_eod.sensors.delta_batch"],
+            }
+        ],
+    }

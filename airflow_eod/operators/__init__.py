@@ -1,0 +1,1 @@
+"""Airflow operators: thin adapters over the protocol core and the Spark load job."""
