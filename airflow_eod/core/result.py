@@ -5,8 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_eod.core.ask import BatchStatus
+import logging
+
+from airflow_eod.core.ask import BatchStatus, ask
+from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.table_uri import normalise
+
+log = logging.getLogger(__name__)
 
 COMMITTED = "committed"
 ALREADY_COMMITTED = "already_committed"
@@ -57,3 +62,20 @@ def result_from_status(table_uri: str, status: BatchStatus, outcome: str) -> Loa
         outcome=outcome,
         table_uri=normalise(table_uri),
     )
+
+
+def decide_after_failure(
+    table_uri: str, batch: BatchKey, generation: int, error: Exception
+) -> LoadResult | None:
+    """The decide step for an attempt that failed: the table, not the error, says whether
+    the batch landed. Returns the result when it did, ``None`` when it did not.
+
+    A typical case: a slower attempt (a zombie) was still writing when a racer committed
+    the batch and removed the zombie's files; the zombie's Spark job then fails, but the
+    batch is committed once, so the attempt reports ``already_committed``.
+    """
+    status = ask(table_uri, batch, generation)
+    if not status.committed:
+        return None
+    log.warning("batch %s: the attempt failed (%s), but the table holds the batch", batch, error)
+    return result_from_status(table_uri, status, ALREADY_COMMITTED)

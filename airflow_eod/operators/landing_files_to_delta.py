@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_eod.core.ask import ask
-from airflow_eod.core.errors import BatchError
 from airflow_eod.core.plan_log import PlanLog
-from airflow_eod.core.result import ALREADY_COMMITTED, NO_NEW_DATA, LoadResult, result_from_status
+from airflow_eod.core.result import NO_NEW_DATA, LoadResult, decide_after_failure
 from airflow_eod.core.table_uri import normalise
 from airflow_eod.operators.run_context import (
     data_interval_for,
@@ -150,13 +149,10 @@ class LandingFilesToDeltaOperator(BaseOperator):
             result = run_load(get_session(conf=self.spark_conf), spec, transform)
         except Exception as exc:
             # The decide step: the table, not the exception, says whether the batch landed.
-            status = ask(self.table_uri, plan.key)
-            if not status.committed:
-                if isinstance(exc, BatchError):
-                    raise
-                raise BatchError(plan.key.label, f"the load failed and nothing was committed: {exc}") from exc
-            self.log.warning("batch %s: the attempt failed (%s) but the table holds the batch", plan.key, exc)
-            result = result_from_status(self.table_uri, status, ALREADY_COMMITTED)
+            decided = decide_after_failure(self.table_uri, plan.key, spec.generation, exc)
+            if decided is None:
+                raise
+            result = decided
         self.log.info(
             "batch %s: %s (generation %s, table version %s, %d rows, %d files)",
             plan.key,

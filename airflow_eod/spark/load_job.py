@@ -25,7 +25,13 @@ from airflow_eod.core.errors import BatchError, ConfigurationError, EodError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import Plan
-from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, LoadResult, result_from_status
+from airflow_eod.core.result import (
+    ALREADY_COMMITTED,
+    COMMITTED,
+    LoadResult,
+    decide_after_failure,
+    result_from_status,
+)
 from airflow_eod.sources import source_from_dict
 
 if TYPE_CHECKING:
@@ -151,13 +157,15 @@ def run_load(spark: SparkSession, spec: LoadSpec, transform: Transform | None = 
                 spec.table_uri, batch, spec.generation, staged, manifest,
                 table_configuration=spec.table_configuration, try_number=spec.try_number,
             )
-    except EodError:
-        raise
     except Exception as exc:
-        if type(exc).__module__.startswith(("pyspark", "py4j")):
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise BatchError(batch.label, f"Spark failed reading or writing the batch: {first}") from exc
-        raise
+        decided = decide_after_failure(spec.table_uri, batch, spec.generation, exc)
+        if decided is not None:
+            return decided
+        if isinstance(exc, EodError):
+            raise
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        raise BatchError(batch.label, f"the load failed and nothing was committed: {first}") from exc
     fault_point("after_commit", try_number=spec.try_number)
     remove_uncommitted_attempts(spec.table_uri, status)
     outcome = COMMITTED if ours else ALREADY_COMMITTED

@@ -1,0 +1,61 @@
+"""Test helpers: plan a landing batch, build a load spec, and run the checker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from airflow_eod.checker import Comparison, compare_table_with_landing
+from airflow_eod.core.ask import ask
+from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS
+from airflow_eod.sources.landing_files import LandingFilesSource
+from airflow_eod.spark.load_job import LoadSpec
+
+ORDERS_DDL = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"
+PIPELINE = "tests.orders"
+
+
+def orders_source(landing: str, **kw: Any) -> LandingFilesSource:
+    return LandingFilesSource(path=landing, file_format="csv", schema=ORDERS_DDL, **kw)
+
+
+def plan_for(source: LandingFilesSource, table: str, run: str = "run-1", pipeline: str = PIPELINE) -> Plan:
+    plan = source.plan(
+        PlanLog(table, pipeline), run_token=run, is_committed=lambda k: ask(table, k).committed
+    )
+    assert plan is not None
+    return plan
+
+
+def spec_for(source: LandingFilesSource, table: str, plan: Plan, try_number: int = 1, **kw: Any) -> LoadSpec:
+    return LoadSpec(
+        table_uri=table,
+        plan=asdict(plan),
+        source=source.to_dict(),
+        run_id="run-1",
+        try_number=try_number,
+        **kw,
+    )
+
+
+def check(table: str, landing: str) -> Comparison:
+    return compare_table_with_landing(table, landing, "csv", ORDERS_COLUMNS, ORDERS_ARROW_SCHEMA)
+
+
+def run_child(spec: LoadSpec, tmp: str, faults: str = "", name: str = "child") -> subprocess.Popen[bytes]:
+    """Start the spark-submit entrypoint as a real child process (its own JVM)."""
+    spec_path = os.path.join(tmp, f"{name}-spec.json")
+    with open(spec_path, "w") as fh:
+        fh.write(spec.to_json())
+    env = dict(os.environ, EOD_FAULTPOINTS=faults)
+    return subprocess.Popen(
+        [sys.executable, "-m", "airflow_eod.spark.load_job", "--spec", spec_path,
+         "--result", os.path.join(tmp, f"{name}-result.json")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )

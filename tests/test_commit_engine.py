@@ -1,0 +1,195 @@
+"""The delta-rs commit engine and the ask, on real Delta tables (no JVM: files are written
+with pyarrow the way Spark stages them)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, Schema, write_deltalake
+
+from airflow_eod.core.ask import ask
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.cleanup import attempt_dir, remove_uncommitted_attempts
+from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch
+from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
+from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.parquet_stats import file_stats
+
+BATCH = BatchKey("tests.engine", "i-20261120T000000Z-20261121T000000Z")
+
+
+def stage(table: str, batch: BatchKey, data: pa.Table, attempt: str | None = None) -> tuple[StagedBatch, Manifest]:
+    attempt = attempt or uuid.uuid4().hex[:16]
+    rel_dir = attempt_dir(batch, 0, attempt)
+    os.makedirs(os.path.join(table, rel_dir), exist_ok=True)
+    rel = f"{rel_dir}/part-0.parquet"
+    pq.write_table(data, os.path.join(table, rel))
+    rows, stats = file_stats(os.path.join(table, rel))
+    st = os.stat(os.path.join(table, rel))
+    schema_json = Schema.from_arrow(data.schema).to_json()
+    staged = StagedBatch(schema_json, [], rel_dir, [StagedFile(rel, st.st_size, int(st.st_mtime * 1000), {}, rows, stats)])
+    manifest = Manifest(batch.pipeline_id, batch.key, 0, {"k": batch.key}, "fp", rows, 1, attempt, "delta-rs")
+    return staged, manifest
+
+
+def rows(n: int, start: int = 0) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "v": pa.array([f"r{i}" for i in range(n)])})
+
+
+def test_commit_lands_data_marker_and_manifest_in_one_commit(table: str) -> None:
+    staged, manifest = stage(table, BATCH, rows(5))
+    ours, status = commit_batch(table, BATCH, 0, staged, manifest)
+    assert ours and status.committed and status.table_version == 0
+    assert status.manifest == manifest
+    log0 = [json.loads(line) for line in open(os.path.join(table, "_delta_log", "00000000000000000000.json"))]
+    kinds = {next(iter(a)) for a in log0}
+    assert {"add", "txn", "commitInfo", "metaData", "protocol"} <= kinds
+    txn = next(a["txn"] for a in log0 if "txn" in a)
+    assert txn["appId"] == BATCH.app_id and txn["version"] == 0 and txn["lastUpdated"] > 0
+    dt = DeltaTable(table)
+    assert dt.metadata().configuration["delta.setTransactionRetentionDuration"] == "interval 30 days"
+    assert pa.table(dt.to_pyarrow_table()).num_rows == 5
+
+
+def test_a_second_commit_of_the_same_batch_writes_nothing(table: str) -> None:
+    commit_batch(table, BATCH, 0, *stage(table, BATCH, rows(5)))
+    staged, manifest = stage(table, BATCH, rows(5))
+    ours, status = commit_batch(table, BATCH, 0, staged, manifest)
+    assert not ours and status.committed
+    assert DeltaTable(table).version() == 0
+    assert remove_uncommitted_attempts(table, status) == [staged.attempt_dir]
+    assert not os.path.exists(os.path.join(table, staged.attempt_dir))
+
+
+def test_batches_committed_out_of_order_are_all_kept(table: str) -> None:
+    later = BatchKey("tests.engine", "i-20261121T000000Z-20261122T000000Z")
+    earlier = BatchKey("tests.engine", "i-20261119T000000Z-20261120T000000Z")
+    assert commit_batch(table, later, 0, *stage(table, later, rows(3, 100)))[0]
+    assert commit_batch(table, earlier, 0, *stage(table, earlier, rows(4, 0)))[0]
+    assert ask(table, later).committed and ask(table, earlier).committed
+    got = sorted(pa.table(DeltaTable(table).to_pyarrow_table())["id"].to_pylist())
+    assert got == [0, 1, 2, 3, 100, 101, 102]
+
+
+def _race(args: tuple[str, int]) -> bool:
+    table, i = args
+    staged, manifest = stage(table, BATCH, rows(10), attempt=f"racer{i}")
+    return commit_batch(table, BATCH, 0, staged, manifest)[0]
+
+
+@pytest.mark.faults
+def test_racing_processes_commit_a_batch_exactly_once(table: str) -> None:
+    # The table exists first, so the race is on the batch's marker, not on creation.
+    other = BatchKey("tests.engine", "seed")
+    commit_batch(table, other, 0, *stage(table, other, rows(1, 1000)))
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        results = pool.map(_race, [(table, i) for i in range(4)])
+    assert sorted(results) == [False, False, False, True]
+    dt = DeltaTable(table)
+    assert dt.version() == 1
+    assert sorted(pa.table(dt.to_pyarrow_table())["id"].to_pylist()) == [*range(10), 1000]
+
+
+@pytest.mark.faults
+def test_racing_processes_creating_the_table_commit_once(table: str) -> None:
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        results = pool.map(_race, [(table, i) for i in range(4)])
+    assert sorted(results) == [False, False, False, True]
+    assert sorted(pa.table(DeltaTable(table).to_pyarrow_table())["id"].to_pylist()) == list(range(10))
+
+
+def test_schema_drift_is_refused_and_the_table_is_unchanged(table: str) -> None:
+    commit_batch(table, BATCH, 0, *stage(table, BATCH, rows(2)))
+    drifted = BatchKey("tests.engine", "drifted")
+    data = rows(2).append_column("extra", pa.array([1.0, 2.0]))
+    with pytest.raises(SchemaMismatchError, match=r"batch tests.engine/drifted: .*new column extra"):
+        commit_batch(table, drifted, 0, *stage(table, drifted, data))
+    assert DeltaTable(table).version() == 0 and not ask(table, drifted).committed
+
+
+def test_tables_with_constraints_are_refused(table: str) -> None:
+    write_deltalake(table, rows(2))
+    dt = DeltaTable(table)
+    dt.alter.add_constraint({"id_positive": "id >= 0"})
+    version = DeltaTable(table).version()
+    with pytest.raises(UnsupportedTableError, match="CHECK constraints \\(id_positive\\)"):
+        commit_batch(table, BATCH, 0, *stage(table, BATCH, rows(2)))
+    assert DeltaTable(table).version() == version
+
+
+def test_a_directory_that_is_not_a_delta_table_is_refused(table: str) -> None:
+    os.makedirs(table)
+    open(os.path.join(table, "somebody-elses.csv"), "w").close()
+    with pytest.raises(UnsupportedTableError, match="is not a Delta table"):
+        commit_batch(table, BATCH, 0, *stage(table, BATCH, rows(2)))
+
+
+def test_stats_are_exact_or_absent(tmp_path: Any) -> None:
+    import datetime as dt
+
+    path = str(tmp_path / "f.parquet")
+    ts = [dt.datetime(2026, 1, 1, 0, 0, 0, 1500, tzinfo=dt.timezone.utc), dt.datetime(2026, 1, 2, 0, 0, 0, 999, tzinfo=dt.timezone.utc)]
+    pq.write_table(
+        pa.table({
+            "i": pa.array([3, None, 7], pa.int32()),
+            "s": pa.array(["b", "a", "x" * 40]),
+            "ts": pa.array([*ts, None], pa.timestamp("us", tz="UTC")),
+            "st": pa.array([{"a": 1}, {"a": 5}, None], pa.struct([("a", pa.int64())])),
+            "l": pa.array([[1], [2], []], pa.list_(pa.int64())),
+        }),
+        path,
+    )
+    n, text = file_stats(path)
+    stats = json.loads(text)
+    assert n == 3 and stats["numRecords"] == 3
+    assert stats["minValues"]["i"] == 3 and stats["maxValues"]["i"] == 7 and stats["nullCount"]["i"] == 1
+    assert "s" not in stats["minValues"], "a string longer than 32 characters gets no min/max"
+    assert stats["minValues"]["ts"] == "2026-01-01T00:00:00.001Z"  # floored to the millisecond
+    assert stats["maxValues"]["ts"] == "2026-01-02T00:00:00.001Z"  # ceiled to the millisecond
+    assert stats["minValues"]["st"] == {"a": 1} and stats["maxValues"]["st"] == {"a": 5}
+    assert "l" not in stats["minValues"] and "l" not in stats["nullCount"]
+
+
+def _paused_commit(table: str, queue: Any) -> None:
+    import logging
+
+    logging.basicConfig(level=logging.INFO)
+    os.environ["EOD_FAULTPOINTS"] = "before_commit=sleep:4"
+    staged, manifest = stage(table, BATCH, rows(10), attempt="paused")
+    ours, status = commit_batch(table, BATCH, 0, staged, manifest)
+    queue.put((ours, status.committed, status.manifest.attempt_id if status.manifest else None))
+
+
+@pytest.mark.faults
+def test_an_attempt_that_asked_before_a_racer_committed_is_fenced(table: str) -> None:
+    """The loser's ask and commit share a snapshot; the racer's marker makes its commit fail."""
+    other = BatchKey("tests.engine", "seed")
+    commit_batch(table, other, 0, *stage(table, other, rows(1, 1000)))
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    paused = ctx.Process(target=_paused_commit, args=(table, queue))
+    paused.start()
+    # Wait until the paused attempt has asked (it has staged its files) and is sleeping.
+    deadline = 30.0
+    marker = os.path.join(table, attempt_dir(BATCH, 0, "paused"))
+    import time
+
+    start = time.monotonic()
+    while not os.path.exists(marker) and time.monotonic() - start < deadline:
+        time.sleep(0.05)
+    time.sleep(1.5)
+    staged, manifest = stage(table, BATCH, rows(10), attempt="winner")
+    assert commit_batch(table, BATCH, 0, staged, manifest)[0]
+    ours, committed, attempt = queue.get(timeout=60)
+    paused.join(60)
+    assert (ours, committed, attempt) == (False, True, "winner")
+    dt = DeltaTable(table)
+    assert dt.version() == 1
+    assert sorted(pa.table(dt.to_pyarrow_table())["id"].to_pylist()) == [*range(10), 1000]
