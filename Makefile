@@ -25,6 +25,8 @@ demo: check-java $(STAMP)
 	$(BIN)/python -m airflow_eod.examples.demo
 
 test: check-java $(STAMP)
+	$(BIN)/ruff check airflow_eod dags tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -20,34 +20,45 @@ from airflow_eod.core.table_status import table_status
 def _status(args: argparse.Namespace) -> int:
     summaries = table_status(args.table)
     if args.json:
-        print(json.dumps([
-            {"pipeline_id": s.pipeline_id, "batches": [vars(b) for b in s.batches]} for s in summaries
-        ], indent=2))
+        print(
+            json.dumps(
+                [{"pipeline_id": s.pipeline_id, "batches": [vars(b) for b in s.batches]} for s in summaries],
+                indent=2,
+            )
+        )
         return 0
     if not summaries:
         print(f"{args.table}: no airflow-eod pipelines")
         return 0
     for s in summaries:
         rows = sum(b.rows or 0 for b in s.committed)
-        print(f"pipeline {s.pipeline_id}: {len(s.committed)} committed, {len(s.pending)} planned "
-              f"but not committed, {rows} rows")
+        print(
+            f"pipeline {s.pipeline_id}: {len(s.committed)} committed, {len(s.pending)} planned "
+            f"but not committed, {rows} rows"
+        )
         for b in s.batches:
             state = "committed" if b.generation is not None else "NOT COMMITTED"
-            print(f"  {b.batch_key}  {state}  generation={b.generation}  "
-                  f"table_version={b.table_version}  rows={b.rows}")
+            print(
+                f"  {b.batch_key}  {state}  generation={b.generation}  "
+                f"table_version={b.table_version}  rows={b.rows}"
+            )
     return 0
 
 
 def _check(args: argparse.Namespace) -> int:
     status = ask(args.table, BatchKey(args.pipeline, args.batch), args.generation)
-    print(json.dumps({
-        "pipeline_id": args.pipeline,
-        "batch_key": args.batch,
-        "committed": status.committed,
-        "generation": status.committed_generation,
-        "table_version": status.table_version,
-        "rows": status.manifest.rows if status.manifest else None,
-    }))
+    print(
+        json.dumps(
+            {
+                "pipeline_id": args.pipeline,
+                "batch_key": args.batch,
+                "committed": status.committed,
+                "generation": status.committed_generation,
+                "table_version": status.table_version,
+                "rows": status.manifest.rows if status.manifest else None,
+            }
+        )
+    )
     return 0 if status.committed else 1
 
 

@@ -12,22 +12,39 @@ from typing import Any
 
 import pytest
 
-# Airflow reads its configuration at import time: point it at a throwaway home first.
-_AIRFLOW_HOME = tempfile.mkdtemp(prefix="eod-airflow-home-")
-os.environ.setdefault("AIRFLOW_HOME", _AIRFLOW_HOME)
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", os.path.join(os.path.dirname(__file__), "..", "dags"))
-os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
-os.environ.pop("EOD_FAULTPOINTS", None)
-
+DELTA_SPARK_JARS_ENV = "EOD_DELTA_SPARK_JARS"
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+# Airflow reads its configuration at import time: point it at a throwaway home first.
+# dag.test() runs only DAGs of a configured bundle, so the DAGs folder holds the example
+# DAGs and the tests' own DAGs.
+_AIRFLOW_HOME = tempfile.mkdtemp(prefix="eod-airflow-home-")
+_DAGS = os.path.join(_AIRFLOW_HOME, "dags")
+os.makedirs(_DAGS)
+for _folder in (os.path.join(REPO, "dags"), os.path.join(REPO, "tests", "dags")):
+    for _name in os.listdir(_folder):
+        if _name.endswith(".py"):
+            os.symlink(os.path.join(_folder, _name), os.path.join(_DAGS, _name))
+os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = _DAGS
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ.pop("EOD_FAULTPOINTS", None)
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from airflow_eod.spark.session import get_session
 
-    session = get_session()
+    conf = {}
+    jars = os.environ.get(DELTA_SPARK_JARS_ENV)
+    if jars:
+        # The Delta Spark engine's tests share the session, so the jars go in at start.
+        conf = {
+            "spark.jars": jars,
+            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        }
+    session = get_session(conf=conf)
     yield session
     session.stop()
 

@@ -53,8 +53,15 @@ def run_child(spec: LoadSpec, tmp: str, faults: str = "", name: str = "child") -
         fh.write(spec.to_json())
     env = dict(os.environ, EOD_FAULTPOINTS=faults)
     return subprocess.Popen(
-        [sys.executable, "-m", "airflow_eod.spark.load_job", "--spec", spec_path,
-         "--result", os.path.join(tmp, f"{name}-result.json")],
+        [
+            sys.executable,
+            "-m",
+            "airflow_eod.spark.load_job",
+            "--spec",
+            spec_path,
+            "--result",
+            os.path.join(tmp, f"{name}-result.json"),
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -25,7 +25,9 @@ from airflow_eod.core.parquet_stats import file_stats
 BATCH = BatchKey("tests.engine", "i-20261120T000000Z-20261121T000000Z")
 
 
-def stage(table: str, batch: BatchKey, data: pa.Table, attempt: str | None = None) -> tuple[StagedBatch, Manifest]:
+def stage(
+    table: str, batch: BatchKey, data: pa.Table, attempt: str | None = None
+) -> tuple[StagedBatch, Manifest]:
     attempt = attempt or uuid.uuid4().hex[:16]
     rel_dir = attempt_dir(batch, 0, attempt)
     os.makedirs(os.path.join(table, rel_dir), exist_ok=True)
@@ -34,13 +36,17 @@ def stage(table: str, batch: BatchKey, data: pa.Table, attempt: str | None = Non
     rows, stats = file_stats(os.path.join(table, rel))
     st = os.stat(os.path.join(table, rel))
     schema_json = Schema.from_arrow(data.schema).to_json()
-    staged = StagedBatch(schema_json, [], rel_dir, [StagedFile(rel, st.st_size, int(st.st_mtime * 1000), {}, rows, stats)])
+    staged = StagedBatch(
+        schema_json, [], rel_dir, [StagedFile(rel, st.st_size, int(st.st_mtime * 1000), {}, rows, stats)]
+    )
     manifest = Manifest(batch.pipeline_id, batch.key, 0, {"k": batch.key}, "fp", rows, 1, attempt, "delta-rs")
     return staged, manifest
 
 
 def rows(n: int, start: int = 0) -> pa.Table:
-    return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "v": pa.array([f"r{i}" for i in range(n)])})
+    return pa.table(
+        {"id": pa.array(range(start, start + n), pa.int64()), "v": pa.array([f"r{i}" for i in range(n)])}
+    )
 
 
 def test_commit_lands_data_marker_and_manifest_in_one_commit(table: str) -> None:
@@ -135,15 +141,20 @@ def test_stats_are_exact_or_absent(tmp_path: Any) -> None:
     import datetime as dt
 
     path = str(tmp_path / "f.parquet")
-    ts = [dt.datetime(2026, 1, 1, 0, 0, 0, 1500, tzinfo=dt.timezone.utc), dt.datetime(2026, 1, 2, 0, 0, 0, 999, tzinfo=dt.timezone.utc)]
+    ts = [
+        dt.datetime(2026, 1, 1, 0, 0, 0, 1500, tzinfo=dt.UTC),
+        dt.datetime(2026, 1, 2, 0, 0, 0, 999, tzinfo=dt.UTC),
+    ]
     pq.write_table(
-        pa.table({
-            "i": pa.array([3, None, 7], pa.int32()),
-            "s": pa.array(["b", "a", "x" * 40]),
-            "ts": pa.array([*ts, None], pa.timestamp("us", tz="UTC")),
-            "st": pa.array([{"a": 1}, {"a": 5}, None], pa.struct([("a", pa.int64())])),
-            "l": pa.array([[1], [2], []], pa.list_(pa.int64())),
-        }),
+        pa.table(
+            {
+                "i": pa.array([3, None, 7], pa.int32()),
+                "s": pa.array(["b", "a", "x" * 40]),
+                "ts": pa.array([*ts, None], pa.timestamp("us", tz="UTC")),
+                "st": pa.array([{"a": 1}, {"a": 5}, None], pa.struct([("a", pa.int64())])),
+                "l": pa.array([[1], [2], []], pa.list_(pa.int64())),
+            }
+        ),
         path,
     )
     n, text = file_stats(path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -14,13 +14,15 @@ from airflow_eod.core.errors import ConfigurationError, InputChangedError, PlanL
 from airflow_eod.core.plan_log import OFFSETS, Plan, PlanLog
 from airflow_eod.sources.landing_files import LandingFilesSource
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def test_interval_key_is_derived_from_the_interval_only() -> None:
     start = datetime(2026, 11, 20, tzinfo=UTC)
     a = BatchKey.for_interval("dag.task", start, start + timedelta(days=1))
-    b = BatchKey.for_interval("dag.task", start.astimezone(timezone(timedelta(hours=5))), start + timedelta(days=1))
+    b = BatchKey.for_interval(
+        "dag.task", start.astimezone(timezone(timedelta(hours=5))), start + timedelta(days=1)
+    )
     assert a == b
     assert a.key == "i-20261120T000000Z-20261121T000000Z"
     assert a.app_id == "eod:dag.task:i-20261120T000000Z-20261121T000000Z"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -99,7 +99,7 @@ def test_two_processes_loading_the_same_batch_commit_once(landing: str, table: s
 
 
 def test_intervals_committed_out_of_order_are_all_visible(spark: Any, tmp_path: Any, table: str) -> None:
-    day = datetime(2026, 11, 18, tzinfo=timezone.utc)
+    day = datetime(2026, 11, 18, tzinfo=UTC)
     first_id = 1
     dirs = []
     for i in range(3):

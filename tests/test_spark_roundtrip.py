@@ -25,17 +25,43 @@ ALL_TYPES_DDL = (
     "ts TIMESTAMP, ntz TIMESTAMP_NTZ, arr ARRAY<INT>, m MAP<STRING,INT>, st STRUCT<x: INT, y: STRING>, "
     "region STRING"
 )
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _rows() -> list[tuple[Any, ...]]:
     return [
-        (1, 2**40, 1.5, Decimal("123.456"), "héllo", b"\x00\x01", True, dt.date(2026, 11, 20),
-         dt.datetime(2026, 11, 20, 10, 0, 0, 123456, tzinfo=UTC), dt.datetime(2026, 11, 20, 10, 0, 0, 654321),
-         [1, 2, None], {"a": 1}, (7, "seven"), "eu"),
-        (2, -5, -0.25, Decimal("-0.001"), "", b"", False, dt.date(1999, 12, 31),
-         dt.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), dt.datetime(1999, 12, 31, 23, 59, 59),
-         [], {}, (None, None), "us"),
+        (
+            1,
+            2**40,
+            1.5,
+            Decimal("123.456"),
+            "héllo",
+            b"\x00\x01",
+            True,
+            dt.date(2026, 11, 20),
+            dt.datetime(2026, 11, 20, 10, 0, 0, 123456, tzinfo=UTC),
+            dt.datetime(2026, 11, 20, 10, 0, 0, 654321),
+            [1, 2, None],
+            {"a": 1},
+            (7, "seven"),
+            "eu",
+        ),
+        (
+            2,
+            -5,
+            -0.25,
+            Decimal("-0.001"),
+            "",
+            b"",
+            False,
+            dt.date(1999, 12, 31),
+            dt.datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+            dt.datetime(1999, 12, 31, 23, 59, 59),
+            [],
+            {},
+            (None, None),
+            "us",
+        ),
         (None, None, None, None, None, None, None, None, None, None, None, None, None, "us"),
     ]
 
@@ -65,7 +91,9 @@ def test_every_common_type_round_trips_through_a_partitioned_table(spark: Any, t
         stats = json.loads(add["stats"])
         assert stats["numRecords"] >= 1 and "i" in stats["nullCount"]
     fields = {f["name"]: f["type"] for f in json.loads(dt_.schema().to_json())["fields"]}
-    assert fields["ts"] == "timestamp" and fields["ntz"] == "timestamp_ntz" and fields["dec"] == "decimal(12,3)"
+    assert (
+        fields["ts"] == "timestamp" and fields["ntz"] == "timestamp_ntz" and fields["dec"] == "decimal(12,3)"
+    )
 
 
 def _adds(table: str) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_eod.core.errors import ConfigurationError
@@ -37,7 +37,7 @@ def validate_pipeline_id(pipeline_id: str) -> str:
 def _utc(ts: datetime) -> datetime:
     if ts.tzinfo is None:
         raise ConfigurationError(f"interval bound {ts!r} has no time zone; pass an aware datetime")
-    return ts.astimezone(timezone.utc)
+    return ts.astimezone(UTC)
 
 
 def _fmt(ts: datetime) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
-from deltalake.transaction import AddAction, create_table_with_add_actions
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from airflow_eod.core import table_check
 from airflow_eod.core.ask import BatchStatus, ask_table, open_table
@@ -145,8 +145,9 @@ def commit_batch(
                 table_check.check_schema(table, staged.schema_json, staged.partition_by, batch.label)
                 _check_not_nulls(table, staged, batch.label)
                 fault_point("before_commit", try_number=try_number)
+                actions: list[AddAction | RemoveAction] = list(adds)
                 table.create_write_transaction(
-                    adds,
+                    actions,
                     "append",
                     table.schema(),
                     partition_by=list(table.metadata().partition_columns) or None,

@@ -4,7 +4,8 @@ The crash tests and the demo need an attempt to die at an exact protocol boundar
 (before the write, after the files, just before the commit, after the commit). A point is
 armed with ``EOD_FAULTPOINTS="after_commit=raise@1,after_stage=kill"``: ``raise`` throws
 :class:`InjectedFault`, ``kill`` sends SIGKILL to the process, ``sleep:S`` pauses S seconds
-(to open a race window on purpose), and ``@N`` limits the point to try number N. With the variable unset the points do nothing.
+(to open a race window on purpose), and ``@N`` limits the point to try number N. With
+the variable unset the points do nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +48,6 @@ def fault_point(point: str, *, try_number: int | None = None) -> None:
         if action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if action.startswith("sleep:"):
-            time.sleep(float(action[len("sleep:"):]))
+            time.sleep(float(action[len("sleep:") :]))
             continue
         raise InjectedFault(f"injected fault at {point} (try {try_number})")

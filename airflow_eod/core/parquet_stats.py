@@ -27,7 +27,7 @@ def _ts_to_stat(value: dt.datetime, *, ceil: bool, utc: bool) -> str:
     if ceil and micros % 1000:
         value += dt.timedelta(milliseconds=1)
     if utc and value.tzinfo is not None:
-        value = value.astimezone(dt.timezone.utc)
+        value = value.astimezone(dt.UTC)
     text = value.replace(tzinfo=None).isoformat(timespec="milliseconds")
     return text + ("Z" if utc else "")
 

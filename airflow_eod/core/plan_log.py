@@ -20,7 +20,7 @@ import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_eod.core.batch import BatchKey, fingerprint, validate_pipeline_id
@@ -71,7 +71,7 @@ class Plan:
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 class PlanLog:
@@ -119,8 +119,7 @@ class PlanLog:
             checksum = payload.pop("checksum")
         except (ValueError, KeyError, AttributeError, TypeError) as exc:
             raise PlanLogError(
-                f"plan-log entry {path} is corrupt ({exc}); see the runbook, "
-                "'a corrupt plan-log entry'"
+                f"plan-log entry {path} is corrupt ({exc}); see the runbook, 'a corrupt plan-log entry'"
             ) from None
         if fingerprint(payload) != checksum or payload.get("format") != PLAN_FORMAT:
             raise PlanLogError(
@@ -139,8 +138,7 @@ class PlanLog:
             raise PlanLogError(f"plan-log entry {path} has an unexpected shape: {exc}") from None
         if plan.pipeline_id != self.pipeline_id:
             raise PlanLogError(
-                f"plan-log entry {path} belongs to pipeline {plan.pipeline_id!r}, "
-                f"not {self.pipeline_id!r}"
+                f"plan-log entry {path} belongs to pipeline {plan.pipeline_id!r}, not {self.pipeline_id!r}"
             )
         return plan
 

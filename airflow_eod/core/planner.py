@@ -57,9 +57,7 @@ def plan_offset_batch(
     boundary, inputs = nxt
     seq = seqs[-1] + 1 if seqs else 0
     key = BatchKey.for_offsets(plan_log.pipeline_id, seq, {"boundary": boundary, "inputs": inputs})
-    stored = plan_log.put_plan(
-        Plan(plan_log.pipeline_id, key.key, OFFSETS, boundary, inputs, seq=seq)
-    )
+    stored = plan_log.put_plan(Plan(plan_log.pipeline_id, key.key, OFFSETS, boundary, inputs, seq=seq))
     if stored.batch_key != key.key:
         log.info("batch %d of %s was planned by a concurrent run; using its plan", seq, plan_log.pipeline_id)
     assert stored.seq is not None

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
 from typing import Any
-
-import logging
 
 from airflow_eod.core.ask import BatchStatus, ask
 from airflow_eod.core.batch import BatchKey

@@ -107,9 +107,7 @@ def check_schema(
     if partition_by and list(partition_by) != table_parts:
         diffs.append(f"partition columns {partition_by} but the table has {table_parts}")
     if diffs:
-        raise SchemaMismatchError(
-            batch_label, "schema does not match the target table: " + "; ".join(diffs)
-        )
+        raise SchemaMismatchError(batch_label, "schema does not match the target table: " + "; ".join(diffs))
 
 
 def not_null_columns(table: DeltaTable) -> list[str]:

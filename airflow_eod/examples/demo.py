@@ -38,12 +38,11 @@ def _prepare_environment(workdir: str, dags_folder: str) -> tuple[str, str]:
 
 
 def _attempt_outcomes(run_id: str) -> list[str]:
-    from sqlalchemy import select
-
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.taskinstancehistory import TaskInstanceHistory
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     out: list[tuple[int, str]] = []
     with create_session() as session:

@@ -20,12 +20,14 @@ ORDERS_ARROW_SCHEMA = pa.schema(
 )
 
 
-def write_order_files(directory: str, files: int, rows_per_file: int, *, first_id: int = 1, seed: int = 7) -> int:
+def write_order_files(
+    directory: str, files: int, rows_per_file: int, *, first_id: int = 1, seed: int = 7
+) -> int:
     """Write ``files`` CSV files of orders into ``directory``; returns the rows written."""
     os.makedirs(directory, exist_ok=True)
     rng = random.Random(seed + first_id)
     order_id = first_id
-    base = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    base = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
     for f in range(files):
         path = os.path.join(directory, f"orders-{first_id:06d}-{f:04d}.csv")
         lines = ["order_id,customer,amount,order_date,ordered_at"]

@@ -10,8 +10,8 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.operators.run_context import data_interval_for, pipeline_id_for
 from airflow_eod.core.result import COMMITTED, result_from_status
+from airflow_eod.operators.run_context import data_interval_for, pipeline_id_for
 
 
 class DeltaBatchSensor(BaseSensorOperator):

@@ -130,9 +130,7 @@ class LandingFilesSource:
                     "none (a manual run without a logical date); trigger it with a logical "
                     "date, or use boundary='offsets'"
                 )
-            return plan_interval_batch(
-                plan_log, start=interval[0], end=interval[1], inputs=self.list_files
-            )
+            return plan_interval_batch(plan_log, start=interval[0], end=interval[1], inputs=self.list_files)
         return plan_offset_batch(
             plan_log, run_token=run_token, is_committed=is_committed, next_offsets=self._next_offsets
         )

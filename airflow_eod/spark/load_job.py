@@ -112,7 +112,9 @@ def run_load(spark: SparkSession, spec: LoadSpec, transform: Transform | None = 
     source = source_from_dict(spec.source)
     status = ask(spec.table_uri, batch, spec.generation)
     if status.committed:
-        log.info("batch %s: already committed (generation %s); writing nothing", batch, status.committed_generation)
+        log.info(
+            "batch %s: already committed (generation %s); writing nothing", batch, status.committed_generation
+        )
         remove_uncommitted_attempts(spec.table_uri, status)
         return result_from_status(spec.table_uri, status, ALREADY_COMMITTED)
     fault_point("before_write", try_number=spec.try_number)
@@ -141,7 +143,12 @@ def run_load(spark: SparkSession, spec: LoadSpec, transform: Transform | None = 
             rows = df.count()
             manifest = Manifest(**{**asdict(manifest), "rows": rows})
             ours, status = write_with_delta_spark(
-                df, spec.table_uri, batch, spec.generation, manifest, spec.partition_by,
+                df,
+                spec.table_uri,
+                batch,
+                spec.generation,
+                manifest,
+                spec.partition_by,
                 try_number=spec.try_number,
             )
         else:
@@ -154,8 +161,13 @@ def run_load(spark: SparkSession, spec: LoadSpec, transform: Transform | None = 
             fault_point("after_stage", try_number=spec.try_number)
             manifest = Manifest(**{**asdict(manifest), "rows": staged.rows, "files": len(staged.files)})
             ours, status = commit_batch(
-                spec.table_uri, batch, spec.generation, staged, manifest,
-                table_configuration=spec.table_configuration, try_number=spec.try_number,
+                spec.table_uri,
+                batch,
+                spec.generation,
+                staged,
+                manifest,
+                table_configuration=spec.table_configuration,
+                try_number=spec.try_number,
             )
     except Exception as exc:
         decided = decide_after_failure(spec.table_uri, batch, spec.generation, exc)

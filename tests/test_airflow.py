@@ -1,0 +1,136 @@
+"""Airflow tier: the provider registers, and the example DAG runs under ``dag.test()``,
+including a retry after a crash that happened after the commit."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from types import ModuleType
+from typing import Any
+
+import jsonschema
+import pytest
+from deltalake import DeltaTable
+
+from airflow_eod.examples.sample_data import write_order_files
+from tests.conftest import REPO
+from tests.helpers import check
+
+pytestmark = pytest.mark.airflow
+
+
+def test_provider_info_validates_against_airflows_schema() -> None:
+    import airflow
+
+    from airflow_eod.get_provider_info import get_provider_info
+
+    schema_path = os.path.join(os.path.dirname(airflow.__file__), "provider_info.schema.json")
+    with open(schema_path) as fh:
+        jsonschema.validate(get_provider_info(), json.load(fh))
+    for group in ("operators", "sensors"):
+        for entry in get_provider_info()[group]:
+            for module in entry["python-modules"]:
+                importlib.import_module(module)
+
+
+def test_airflow_providers_list_shows_the_provider(airflow_db: str) -> None:
+    out = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "airflow"), "providers", "list", "-o", "json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    names = {p["package_name"] for p in json.loads(out[out.index("[") :])}
+    assert "airflow-eod" in names
+
+
+def _example_dag(landing: str, table: str) -> ModuleType:
+    os.environ["EOD_DEMO_LANDING"] = landing
+    os.environ["EOD_DEMO_TABLE"] = table
+    return _load_dag_file(os.path.join(REPO, "dags", "eod_landing_files_example.py"))
+
+
+def _load_dag_file(path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3] + "_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _xcom(run_id: str, task_id: str) -> Any:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalars(
+            select(XComModel).where(
+                XComModel.run_id == run_id, XComModel.task_id == task_id, XComModel.key == "return_value"
+            )
+        ).one()
+        return row.value
+
+
+def _tries(run_id: str, task_id: str) -> list[str]:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskinstancehistory import TaskInstanceHistory
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        hist = session.scalars(
+            select(TaskInstanceHistory).where(
+                TaskInstanceHistory.run_id == run_id, TaskInstanceHistory.task_id == task_id
+            )
+        ).all()
+        ti = session.scalars(
+            select(TaskInstance).where(TaskInstance.run_id == run_id, TaskInstance.task_id == task_id)
+        ).one()
+        return [str(h.state) for h in sorted(hist, key=lambda h: h.try_number)] + [str(ti.state)]
+
+
+@pytest.mark.spark
+@pytest.mark.faults
+def test_example_dag_retry_after_a_crash_after_commit_writes_nothing(
+    airflow_db: str, spark: Any, tmp_path: Any
+) -> None:
+    landing, table = str(tmp_path / "landing"), str(tmp_path / "table")
+    write_order_files(landing, 3, 100)
+    module = _example_dag(landing, table)
+    os.environ["EOD_FAULTPOINTS"] = "after_commit=raise@1"
+    try:
+        run = module.dag.test(logical_date=datetime(2026, 11, 20, tzinfo=UTC))
+    finally:
+        os.environ.pop("EOD_FAULTPOINTS")
+    assert str(run.state) == "success"
+    assert _tries(run.run_id, "load_orders") == ["failed", "success"]
+    result = _xcom(run.run_id, "load_orders")
+    assert result["outcome"] == "already_committed" and result["rows"] == 300
+    confirmed = _xcom(run.run_id, "confirm_orders")
+    assert confirmed["batch_key"] == result["batch_key"] and confirmed["table_version"] == 0
+    assert DeltaTable(table).version() == 0, "the retry added no table version"
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 300, cmp.describe()
+
+    # The next DAG run loads only the files that arrived since, once.
+    write_order_files(landing, 2, 100, first_id=10_000)
+    run2 = module.dag.test(logical_date=datetime(2026, 11, 21, tzinfo=UTC))
+    assert str(run2.state) == "success"
+    second = _xcom(run2.run_id, "load_orders")
+    assert second["outcome"] == "committed" and second["rows"] == 200 and second["table_version"] == 1
+    assert second["batch_key"] != result["batch_key"]
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 500, cmp.describe()
+
+
+def test_sensor_times_out_on_a_batch_that_was_never_committed(airflow_db: str, tmp_path: Any) -> None:
+    os.environ["EOD_TEST_TABLE"] = str(tmp_path / "no_table")
+    module = _load_dag_file(os.path.join(REPO, "tests", "dags", "eod_sensor_negative.py"))
+    run = module.dag.test(logical_date=datetime(2026, 11, 20, tzinfo=UTC))
+    assert str(run.state) == "failed"
+    assert _tries(run.run_id, "wait")[-1] == "failed"
