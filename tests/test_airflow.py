@@ -133,4 +133,5 @@ def test_sensor_times_out_on_a_batch_that_was_never_committed(airflow_db: str, t
     module = _load_dag_file(os.path.join(REPO, "tests", "dags", "eod_sensor_negative.py"))
     run = module.dag.test(logical_date=datetime(2026, 11, 20, tzinfo=UTC))
     assert str(run.state) == "failed"
-    assert _tries(run.run_id, "wait")[-1] == "failed"
+    assert _tries(run.run_id, "wait_poke")[-1] == "failed"
+    assert _tries(run.run_id, "wait_reschedule")[-1] == "failed"
