@@ -24,7 +24,11 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Delta Lake exactly-once loads",
-                "python-modules": ["airflow_eod.operators.landing_files_to_delta"],
+                "python-modules": [
+                    "airflow_eod.operators.delta_load",
+                    "airflow_eod.operators.landing_files_to_delta",
+                    "airflow_eod.operators.jdbc_to_delta",
+                ],
             }
         ],
         "sensors": [

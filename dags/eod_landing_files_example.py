@@ -5,6 +5,7 @@ their marker in one Delta commit, and a sensor confirms the batch from the table
 Retries, clears and a task killed after its commit never load a file twice.
 
 ``EOD_DEMO_LANDING`` and ``EOD_DEMO_TABLE`` choose the directories; ``make demo`` sets them.
+Trigger with ``{"restate": true}`` on a run to re-load that run's batch on purpose.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Param
 
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
 from airflow_eod.sensors.delta_batch import DeltaBatchSensor
@@ -30,6 +31,9 @@ with DAG(
     catchup=False,
     default_args={"retries": 2, "retry_delay": timedelta(seconds=1)},
     tags=["airflow-eod", "example"],
+    params={
+        "restate": Param(False, type="boolean", description="re-load this run's batch as a new generation")
+    },
 ) as dag:
     load_orders = LandingFilesToDeltaOperator(
         task_id="load_orders",
@@ -39,6 +43,7 @@ with DAG(
         schema=ORDERS_SCHEMA,
         partition_by=["order_date"],
         max_files_per_batch=1000,
+        restate="{{ params.restate }}",
     )
     confirm_orders = DeltaBatchSensor(
         task_id="confirm_orders",

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 DELTA_SPARK_JARS_ENV = "EOD_DELTA_SPARK_JARS"
+POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 # Airflow reads its configuration at import time: point it at a throwaway home first.
@@ -35,15 +36,15 @@ os.environ.pop("EOD_FAULTPOINTS", None)
 def spark() -> Iterator[Any]:
     from airflow_eod.spark.session import get_session
 
-    conf = {}
-    jars = os.environ.get(DELTA_SPARK_JARS_ENV)
+    # One session serves every tier, so every jar a test needs goes in at start.
+    conf: dict[str, str] = {}
+    jars = [POSTGRES_JDBC_JAR] if os.path.exists(POSTGRES_JDBC_JAR) else []
+    if os.environ.get(DELTA_SPARK_JARS_ENV):
+        jars += os.environ[DELTA_SPARK_JARS_ENV].split(",")
+        conf["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
+        conf["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
     if jars:
-        # The Delta Spark engine's tests share the session, so the jars go in at start.
-        conf = {
-            "spark.jars": jars,
-            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        }
+        conf["spark.jars"] = ",".join(jars)
     session = get_session(conf=conf)
     yield session
     session.stop()
@@ -59,6 +60,16 @@ def airflow_db() -> str:
         stderr=subprocess.DEVNULL,
     )
     return os.environ["AIRFLOW_HOME"]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A real PostgreSQL server on 127.0.0.1, started for this test session."""
+    from tests.postgres_server import PostgresServer
+
+    server = PostgresServer.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
@@ -21,15 +25,15 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 from airflow_eod.core import table_check
 from airflow_eod.core.ask import BatchStatus, ask_table, open_table
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.cleanup import batch_dir
 from airflow_eod.core.errors import BatchError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
 from airflow_eod.core.table_uri import local_path
 
 log = logging.getLogger(__name__)
 
-TXN_RETENTION_KEY = "delta.setTransactionRetentionDuration"
-DEFAULT_TXN_RETENTION = "interval 30 days"
 # Rounds of "ask, commit, lose a race to an unrelated writer" before giving up.
 MAX_COMMIT_ROUNDS = 20
 
@@ -101,6 +105,122 @@ def _check_not_nulls(table: DeltaTable, staged: StagedBatch, label: str) -> None
                 )
 
 
+def _partition_string(value: object) -> str | None:
+    """A partition value as the string Delta keeps in the log."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat())
+    return str(value)
+
+
+def commit_with_new_schema(
+    path: str,
+    table: DeltaTable,
+    schema_json: str,
+    adds: list[AddAction],
+    manifest: Manifest,
+    batch: BatchKey,
+    generation: int,
+) -> bool:
+    """Write the next commit of ``table`` with a widened ``metaData``, the files and the marker.
+
+    delta-rs's append cannot carry a ``metaData`` action (its overwrite mode would remove
+    files), so this one commit is written here, with the same put-if-absent link the local
+    log store uses: if another writer took the version, nothing is written and the caller
+    goes back to the ask. Returns whether the commit was written.
+    """
+    meta = table.metadata()
+    now = int(time.time() * 1000)
+    actions: list[Any] = [
+        {
+            "commitInfo": {
+                "timestamp": now,
+                "operation": "WRITE",
+                "operationParameters": {"mode": "Append", "schemaEvolution": "addColumns"},
+                "userMetadata": manifest.to_user_metadata(),
+                "engineInfo": "airflow-eod",
+                "isBlindAppend": True,
+            }
+        },
+        {
+            "metaData": {
+                "id": meta.id,
+                "name": meta.name,
+                "description": meta.description,
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": schema_json,
+                "partitionColumns": list(meta.partition_columns),
+                "createdTime": meta.created_time,
+                "configuration": dict(meta.configuration or {}),
+            }
+        },
+        *(
+            {
+                "add": {
+                    "path": a.path,
+                    "partitionValues": dict(a.partition_values),
+                    "size": a.size,
+                    "modificationTime": a.modification_time,
+                    "dataChange": True,
+                    "stats": a.stats,
+                }
+            }
+            for a in adds
+        ),
+        {"txn": {"appId": batch.app_id, "version": generation, "lastUpdated": now}},
+    ]
+    log_dir = os.path.join(path, "_delta_log")
+    target = os.path.join(log_dir, f"{table.version() + 1:020d}.json")
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-eod-", dir=log_dir)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write("\n".join(json.dumps(a) for a in actions) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(tmp, target)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+
+
+def batch_files(table: DeltaTable, batch: BatchKey) -> list[RemoveAction]:
+    """Remove actions for every file of ``batch`` that the snapshot holds, at any generation."""
+    prefix = batch_dir(batch) + "/"
+    adds = pa.table(table.get_add_actions(flatten=False)).to_pylist()
+    now = int(time.time() * 1000)
+    removes = []
+    for a in adds:
+        if not a["path"].startswith(prefix):
+            continue
+        parts = {k: _partition_string(v) for k, v in (a.get("partition_values") or {}).items()}
+        removes.append(RemoveAction(a["path"], True, now, a["size_bytes"], parts or None))
+    return removes
+
+
+def _replaced_files(
+    table: DeltaTable, batch: BatchKey, status: BatchStatus, label: str
+) -> list[RemoveAction]:
+    """The files a restatement removes, checked against what the table says it holds."""
+    if (table.metadata().configuration or {}).get("delta.appendOnly") == "true":
+        raise BatchError(
+            label, "the table is append-only (delta.appendOnly=true): a batch cannot be restated"
+        )
+    removes = batch_files(table, batch)
+    if not removes and status.manifest is not None and status.manifest.rows > 0:
+        raise BatchError(
+            label,
+            f"the table holds generation {status.committed_generation} of the batch "
+            f"({status.manifest.rows} rows) but none of its files under {batch_dir(batch)}/ "
+            "(were they compacted by OPTIMIZE?); it cannot be restated without duplicating rows",
+        )
+    return removes
+
+
 def commit_batch(
     table_uri: str,
     batch: BatchKey,
@@ -110,14 +230,20 @@ def commit_batch(
     *,
     table_configuration: Mapping[str, str] | None = None,
     try_number: int | None = None,
+    replace_previous: bool = False,
+    schema_policy: str = table_check.SCHEMA_FAIL,
 ) -> tuple[bool, BatchStatus]:
     """Commit ``staged`` as ``batch`` at ``generation`` unless the table already has it.
 
+    :param replace_previous: a restatement: the batch's files of earlier generations are
+        removed in the same commit that adds the new ones.
+    :param schema_policy: ``fail``, or ``add_columns`` to add new nullable columns in the
+        same commit as the data.
     :returns: ``(we_committed, status)`` where ``status`` is the table's answer after the
         commit (or the answer that showed the batch was already there).
     """
     path = local_path(table_uri)
-    config = {TXN_RETENTION_KEY: DEFAULT_TXN_RETENTION, **(table_configuration or {})}
+    config = {RETENTION_KEY: DEFAULT_RETENTION, **(table_configuration or {})}
     adds = [f.add_action() for f in staged.files]
     for round_no in range(1, MAX_COMMIT_ROUNDS + 1):
         table = open_table(path)
@@ -142,17 +268,32 @@ def commit_batch(
                 )
             else:
                 table_check.check_writable(table, path)
-                table_check.check_schema(table, staged.schema_json, staged.partition_by, batch.label)
-                _check_not_nulls(table, staged, batch.label)
-                fault_point("before_commit", try_number=try_number)
-                actions: list[AddAction | RemoveAction] = list(adds)
-                table.create_write_transaction(
-                    actions,
-                    "append",
-                    table.schema(),
-                    partition_by=list(table.metadata().partition_columns) or None,
-                    commit_properties=props,
+                widened = table_check.check_schema(
+                    table, staged.schema_json, staged.partition_by, batch.label, schema_policy
                 )
+                _check_not_nulls(table, staged, batch.label)
+                actions: list[AddAction | RemoveAction] = list(adds)
+                if replace_previous:
+                    actions += _replaced_files(table, batch, status, batch.label)
+                fault_point("before_commit", try_number=try_number)
+                if widened is not None:
+                    if replace_previous:
+                        raise BatchError(
+                            batch.label,
+                            "a restatement cannot add columns in the same commit; add them with a "
+                            "normal load first, or alter the table",
+                        )
+                    if not commit_with_new_schema(path, table, widened, adds, manifest, batch, generation):
+                        log.info("batch %s: the table moved on before our commit; asking again", batch)
+                        continue
+                else:
+                    table.create_write_transaction(
+                        actions,
+                        "append",
+                        table.schema(),
+                        partition_by=list(table.metadata().partition_columns) or None,
+                        commit_properties=props,
+                    )
         except CommitFailedError as exc:
             log.info("batch %s: commit lost a race (%s); asking the table again", batch, exc)
             continue

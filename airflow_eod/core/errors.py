@@ -38,3 +38,11 @@ class PlanLogError(EodError):
 
 class ConfigurationError(EodError):
     """The load was configured in a way that cannot work (bad pipeline id, bad URI, ...)."""
+
+
+class MalformedInputError(BatchError):
+    """Records of the batch do not parse or do not fit the schema."""
+
+
+class RetentionWindowError(BatchError):
+    """The batch is older than the table's transaction-retention window (invariant I5)."""

@@ -8,7 +8,9 @@ Layout, under ``<table>/_eod/pipelines/<pipeline_id>/``::
 
     intervals/<batch_key>.json   plan of an interval batch
     offsets/<seq>.json           plan of the seq-th offset batch (seq is 8 digits)
+    ....g<N>.json                the plan of generation N (a restatement) of that batch
     claims/<run hash>.json       which offset batch a DAG run is loading
+    restatements/<hash>.json     which generation a DAG run restates a batch to
 
 Entries carry a checksum; an entry that does not parse or whose checksum does not match
 (hand edits, truncation) raises :class:`PlanLogError` rather than being used.
@@ -43,6 +45,7 @@ class Plan:
     :param inputs: the frozen inputs, e.g. files with path, size and mtime.
     :param seq: the position of an offset batch in its pipeline (``None`` for intervals).
     :param planned_at: when the plan was first written (ISO 8601, UTC).
+    :param generation: 0 for the first load; N for the plan of the N-th restatement.
     """
 
     pipeline_id: str
@@ -52,6 +55,7 @@ class Plan:
     inputs: list[dict[str, Any]]
     seq: int | None = None
     planned_at: str = ""
+    generation: int = 0
 
     @property
     def key(self) -> BatchKey:
@@ -143,10 +147,11 @@ class PlanLog:
         return plan
 
     # -- plans -------------------------------------------------------------------
-    def _plan_path(self, plan_kind: str, batch_key: str, seq: int | None) -> str:
+    def _plan_path(self, plan_kind: str, batch_key: str, seq: int | None, generation: int = 0) -> str:
+        suffix = f".g{generation}.json" if generation else ".json"
         if plan_kind == OFFSETS:
-            return self._path("offsets", f"{seq:08d}.json")
-        return self._path("intervals", f"{batch_key}.json")
+            return self._path("offsets", f"{seq:08d}{suffix}")
+        return self._path("intervals", f"{batch_key}{suffix}")
 
     def put_plan(self, plan: Plan) -> Plan:
         """Store ``plan`` unless its slot is taken; return the plan that holds the slot.
@@ -154,7 +159,7 @@ class PlanLog:
         For an offset batch the slot is its sequence number, so two planners racing for
         batch N both end up with the one plan that won.
         """
-        path = self._plan_path(plan.kind, plan.batch_key, plan.seq)
+        path = self._plan_path(plan.kind, plan.batch_key, plan.seq, plan.generation)
         body = asdict(plan)
         if not body["planned_at"]:
             body["planned_at"] = _now_iso()
@@ -163,19 +168,19 @@ class PlanLog:
         assert stored is not None  # we, or a racer, just wrote it
         return stored
 
-    def get_plan(self, batch_key: str) -> Plan | None:
-        """The stored plan of ``batch_key``, or ``None``."""
+    def get_plan(self, batch_key: str, generation: int = 0) -> Plan | None:
+        """The stored plan of ``batch_key`` at ``generation``, or ``None``."""
         if batch_key.startswith("o-"):
             try:
                 seq = int(batch_key.split("-")[1])
             except (IndexError, ValueError):
                 raise PlanLogError(f"batch key {batch_key!r} is not an offset key") from None
-            path = self._plan_path(OFFSETS, batch_key, seq)
+            path = self._plan_path(OFFSETS, batch_key, seq, generation)
             plan = self._plan_from(path, self._read(path))
             if plan is not None and plan.batch_key != batch_key:
                 return None
             return plan
-        path = self._plan_path(INTERVAL, batch_key, None)
+        path = self._plan_path(INTERVAL, batch_key, None, generation)
         return self._plan_from(path, self._read(path))
 
     def offset_seqs(self) -> list[int]:
@@ -213,3 +218,17 @@ class PlanLog:
         if body.get("run_token") != run_token or not isinstance(body.get("seq"), int):
             raise PlanLogError(f"claim {self._claim_path(run_token)} is inconsistent")
         return int(body["seq"])
+
+    # -- restatements ------------------------------------------------------------
+    def _restatement_path(self, run_token: str, batch_key: str) -> str:
+        return self._path("restatements", f"{fingerprint([run_token, batch_key])[:32]}.json")
+
+    def claim_restatement(self, run_token: str, batch_key: str, generation: int) -> int:
+        """Record that the run ``run_token`` restates ``batch_key`` to ``generation``; a retry of
+        the same run gets the generation of its first claim, so it never restates twice."""
+        path = self._restatement_path(run_token, batch_key)
+        self._put_if_absent(path, {"run_token": run_token, "batch_key": batch_key, "generation": generation})
+        body = self._read(path)
+        if body is None or body.get("batch_key") != batch_key or not isinstance(body.get("generation"), int):
+            raise PlanLogError(f"restatement claim {path} is inconsistent")
+        return int(body["generation"])

@@ -84,30 +84,80 @@ def _strip(t: Any) -> Any:
     return t
 
 
+SCHEMA_FAIL = "fail"
+SCHEMA_ADD_COLUMNS = "add_columns"
+SCHEMA_POLICIES = (SCHEMA_FAIL, SCHEMA_ADD_COLUMNS)
+
+
 def schema_differences(table_schema_json: str, batch_schema_json: str) -> list[str]:
     """Human-readable differences between the table's and the batch's columns."""
+    new, missing, changed = _diff(table_schema_json, batch_schema_json)
+    return (
+        [f"new column {f['name']} ({json.dumps(_strip(f['type']))})" for f in new]
+        + [f"missing column {c}" for c in missing]
+        + changed
+    )
+
+
+def _diff(
+    table_schema_json: str, batch_schema_json: str
+) -> tuple[list[dict[str, Any]], list[str], list[str]]:
     table_cols = {f["name"]: _strip(f["type"]) for f in _fields(table_schema_json)}
-    batch_cols = {f["name"]: _strip(f["type"]) for f in _fields(batch_schema_json)}
-    diffs = [f"new column {c} ({json.dumps(batch_cols[c])})" for c in batch_cols if c not in table_cols]
-    diffs += [f"missing column {c}" for c in table_cols if c not in batch_cols]
-    diffs += [
+    batch_fields = _fields(batch_schema_json)
+    batch_cols = {f["name"]: _strip(f["type"]) for f in batch_fields}
+    new = [f for f in batch_fields if f["name"] not in table_cols]
+    missing = [c for c in table_cols if c not in batch_cols]
+    changed = [
         f"column {c} is {json.dumps(batch_cols[c])} in the batch but {json.dumps(table_cols[c])} in the table"
         for c in batch_cols
         if c in table_cols and batch_cols[c] != table_cols[c]
     ]
-    return diffs
+    return new, missing, changed
 
 
 def check_schema(
-    table: DeltaTable, batch_schema_json: str, partition_by: list[str], batch_label: str
-) -> None:
-    """Raise :class:`SchemaMismatchError` unless the batch fits the table exactly."""
-    diffs = schema_differences(table.schema().to_json(), batch_schema_json)
+    table: DeltaTable,
+    batch_schema_json: str,
+    partition_by: list[str],
+    batch_label: str,
+    policy: str = SCHEMA_FAIL,
+) -> str | None:
+    """Check the batch's schema against the table's.
+
+    :returns: ``None`` when the batch fits the table as it is, or the widened table schema
+        (JSON) when the policy is ``add_columns`` and the batch only brings new columns.
+    :raises SchemaMismatchError: for any other difference; type changes always fail.
+    """
+    table_json = table.schema().to_json()
+    new, missing, changed = _diff(table_json, batch_schema_json)
     table_parts = list(table.metadata().partition_columns)
+    problems = schema_differences(table_json, batch_schema_json)
     if partition_by and list(partition_by) != table_parts:
-        diffs.append(f"partition columns {partition_by} but the table has {table_parts}")
-    if diffs:
-        raise SchemaMismatchError(batch_label, "schema does not match the target table: " + "; ".join(diffs))
+        problems.append(f"partition columns {partition_by} but the table has {table_parts}")
+    if not problems:
+        return None
+    evolvable = new and not changed and not (partition_by and list(partition_by) != table_parts)
+    if policy == SCHEMA_ADD_COLUMNS and evolvable:
+        features = set(table.protocol().writer_features or [])
+        if "timestamp_ntz" in json.dumps(new) and "timestampNtz" not in features:
+            raise SchemaMismatchError(
+                batch_label,
+                "new timestamp_ntz columns need the table feature timestampNtz, which the table "
+                "lacks; add the column with ALTER TABLE first",
+            )
+        body = json.loads(table_json)
+        body["fields"] += [dict(f, nullable=True) for f in new]
+        return json.dumps(body)
+    if policy == SCHEMA_ADD_COLUMNS and not changed and missing and not new:
+        return None  # columns the batch lacks are read back as nulls
+    hint = (
+        "; set schema_drift='add_columns' to add the new nullable columns in the batch's commit"
+        if new and not changed
+        else ""
+    )
+    raise SchemaMismatchError(
+        batch_label, "schema does not match the target table: " + "; ".join(problems) + hint
+    )
 
 
 def not_null_columns(table: DeltaTable) -> list[str]:

@@ -46,7 +46,7 @@ def _planned_keys(table_uri: str) -> dict[str, set[str]]:
         keys = {log.get_offset_plan(s).batch_key for s in log.offset_seqs()}
         idir = os.path.join(log.root, "intervals")
         if os.path.isdir(idir):
-            keys |= {n[:-5] for n in os.listdir(idir) if n.endswith(".json")}
+            keys |= {n[:-5] for n in os.listdir(idir) if n.endswith(".json") and ".g" not in n}
         found[pipeline] = keys
     return found
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -19,16 +19,19 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch
+from airflow_eod.sources.base import ReadContext
+from airflow_eod.spark.bad_records import CORRUPT_COLUMN
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 FORMATS = ("csv", "json", "parquet")
 BOUNDARIES = ("offsets", "interval")
-# Spark's defaults make malformed CSV/JSON rows silently null; a load that must be exact
-# fails on them instead.
+# Spark's defaults make malformed CSV/JSON rows silently null. With a schema, records are
+# read PERMISSIVE into a corrupt-record column and counted (spark/bad_records.py); without
+# one there is no such column, so the read fails on the first malformed record instead.
 _DEFAULT_READ_OPTIONS: dict[str, dict[str, str]] = {
     "csv": {"header": "true", "mode": "FAILFAST"},
     "json": {"mode": "FAILFAST"},
@@ -80,11 +83,11 @@ class LandingFilesSource:
         return cls(**body)
 
     # -- planning (no Spark) -----------------------------------------------------
-    def list_files(self) -> list[dict[str, Any]]:
+    def list_files(self, label: str | None = None) -> list[dict[str, Any]]:
         """Every candidate file now, oldest first (mtime, then path)."""
         root = os.path.abspath(self.path)
         if not os.path.isdir(root):
-            raise ConfigurationError(f"landing directory {root} does not exist")
+            raise BatchError(label, f"landing directory {root} does not exist (a missing source)")
         found: list[dict[str, Any]] = []
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith(("_", ".")))
@@ -117,6 +120,7 @@ class LandingFilesSource:
     def plan(
         self,
         plan_log: PlanLog,
+        ctx: ReadContext | None = None,
         *,
         run_token: str,
         is_committed: Callable[[BatchKey], bool],
@@ -130,12 +134,32 @@ class LandingFilesSource:
                     "none (a manual run without a logical date); trigger it with a logical "
                     "date, or use boundary='offsets'"
                 )
-            return plan_interval_batch(plan_log, start=interval[0], end=interval[1], inputs=self.list_files)
+            label = BatchKey.for_interval(plan_log.pipeline_id, *interval).label
+            return plan_interval_batch(
+                plan_log, start=interval[0], end=interval[1], inputs=lambda: self.list_files(label)
+            )
         return plan_offset_batch(
             plan_log, run_token=run_token, is_committed=is_committed, next_offsets=self._next_offsets
         )
 
-    def verify(self, plan: Plan) -> None:
+    def replan(self, plan: Plan, generation: int, ctx: ReadContext | None = None) -> Plan:
+        """The plan of a restatement: the same files (offsets) or the directory as it is now
+        (interval), frozen again with their current size and mtime."""
+        if plan.kind == "interval":
+            inputs = self.list_files(plan.key.label)
+        else:
+            inputs = []
+            for entry in plan.inputs:
+                try:
+                    st = os.stat(entry["path"])
+                except FileNotFoundError:
+                    raise InputChangedError(
+                        plan.key.label, f"landing file {entry['path']} is gone; it cannot be restated"
+                    ) from None
+                inputs.append({"path": entry["path"], "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+        return replace(plan, inputs=inputs, generation=generation, planned_at="")
+
+    def verify(self, plan: Plan, ctx: ReadContext | None = None) -> None:
         """Fail if any planned file changed since planning (invariant I3)."""
         for entry in plan.inputs:
             try:
@@ -154,13 +178,24 @@ class LandingFilesSource:
                 )
 
     # -- reading (Spark) ---------------------------------------------------------
-    def read(self, spark: SparkSession, plan: Plan) -> DataFrame:
-        """A DataFrame of exactly the planned files."""
+    def read(self, plan: Plan, ctx: ReadContext) -> DataFrame:
+        """A DataFrame of exactly the planned files (with a corrupt-record column when a
+        schema is given for CSV or JSON, see :mod:`airflow_eod.spark.bad_records`)."""
+        spark = ctx.spark
+        options = {**_DEFAULT_READ_OPTIONS[self.file_format], **self.read_options}
+        schema = self.schema
+        if schema and self.file_format in ("csv", "json") and "mode" not in self.read_options:
+            options.update(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT_COLUMN)
+            schema = f"{schema}, {CORRUPT_COLUMN} STRING"
         if not plan.inputs:
-            raise BatchError(plan.key.label, "the plan lists no files")
-        reader = spark.read.format(self.file_format).options(
-            **{**_DEFAULT_READ_OPTIONS[self.file_format], **self.read_options}
-        )
-        if self.schema:
-            reader = reader.schema(self.schema)
+            if not self.schema:
+                raise BatchError(
+                    plan.key.label,
+                    "the batch has no files and the source has no schema to describe an empty batch; "
+                    "give the operator a schema",
+                )
+            return spark.createDataFrame([], self.schema)
+        reader = spark.read.format(self.file_format).options(**options)
+        if schema:
+            reader = reader.schema(schema)
         return reader.load([f"file://{e['path']}" for e in plan.inputs])

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from airflow_eod.core.ask import BatchStatus, ask
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.commit import DEFAULT_TXN_RETENTION, TXN_RETENTION_KEY
 from airflow_eod.core.errors import BatchError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
 from airflow_eod.core.table_uri import local_path
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def write_with_delta_spark(
         .option("txnVersion", str(generation))
         .option("userMetadata", manifest.to_user_metadata())
         # Applied only when this write creates the table.
-        .option(TXN_RETENTION_KEY, DEFAULT_TXN_RETENTION)
+        .option(RETENTION_KEY, DEFAULT_RETENTION)
     )
     if partition_by:
         writer = writer.partitionBy(*partition_by)

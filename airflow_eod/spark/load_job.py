@@ -12,13 +12,14 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_eod.core.ask import ask
+from airflow_eod.core.ask import BatchStatus, ask_table, open_table
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.errors import BatchError, ConfigurationError, EodError
@@ -32,7 +33,10 @@ from airflow_eod.core.result import (
     decide_after_failure,
     result_from_status,
 )
-from airflow_eod.sources import source_from_dict
+from airflow_eod.core.retention import check_retention
+from airflow_eod.core.table_check import SCHEMA_FAIL, SCHEMA_POLICIES
+from airflow_eod.sources import Credentials, ReadContext, Source, source_from_dict
+from airflow_eod.spark.bad_records import split_malformed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,12 +49,11 @@ Transform = Callable[["DataFrame"], "DataFrame"]
 
 @dataclass
 class LoadSpec:
-    """Everything a driver needs to load one planned batch, as plain data.
+    """Everything a driver needs to load one planned batch, as plain data (no credentials).
 
     :param table_uri: the target Delta table.
-    :param plan: the frozen plan (``Plan`` as a dict).
+    :param plan: the frozen plan (``Plan`` as a dict), at the generation to commit.
     :param source: the source (its ``to_dict()`` form).
-    :param generation: the generation to commit.
     :param partition_by: partition columns for a table this load creates.
     :param transform: ``"module:function"`` applied to the DataFrame before the write.
     :param engine: ``delta-rs`` (default) or ``delta-spark``.
@@ -58,12 +61,15 @@ class LoadSpec:
     :param try_number: the Airflow try number, recorded in the manifest.
     :param table_configuration: table properties for a table this load creates.
     :param attempt_id: unique per attempt; generated when empty.
+    :param restate: replace whatever the table holds of the batch, in the same commit.
+    :param previous_generation: the generation a restatement replaces (for the manifest).
+    :param schema_drift: ``fail`` or ``add_columns``.
+    :param quarantine_table_uri: where malformed records go; unset: they fail the batch.
     """
 
     table_uri: str
     plan: dict[str, Any]
     source: dict[str, Any]
-    generation: int = 0
     partition_by: list[str] = field(default_factory=list)
     transform: str | None = None
     engine: str = "delta-rs"
@@ -71,12 +77,24 @@ class LoadSpec:
     try_number: int | None = None
     table_configuration: dict[str, str] = field(default_factory=dict)
     attempt_id: str = ""
+    restate: bool = False
+    previous_generation: int | None = None
+    schema_drift: str = SCHEMA_FAIL
+    quarantine_table_uri: str | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ConfigurationError(f"engine {self.engine!r} is not one of {ENGINES}")
+        if self.schema_drift not in SCHEMA_POLICIES:
+            raise ConfigurationError(f"schema_drift {self.schema_drift!r} is not one of {SCHEMA_POLICIES}")
+        if self.engine == "delta-spark" and (self.restate or self.quarantine_table_uri):
+            raise ConfigurationError("restatement and quarantine need engine='delta-rs'")
         if not self.attempt_id:
             self.attempt_id = uuid.uuid4().hex[:16]
+
+    @property
+    def generation(self) -> int:
+        return int(self.plan.get("generation", 0))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -100,75 +118,125 @@ def resolve_transform(path: str) -> Transform:
     return fn  # type: ignore[no-any-return]
 
 
-def run_load(spark: SparkSession, spec: LoadSpec, transform: Transform | None = None) -> LoadResult:
+def _commit_quarantine(spec: LoadSpec, plan: Plan, bad: DataFrame, manifest: Manifest) -> None:
+    """Commit the batch's malformed records to the quarantine table under their own marker."""
+    from airflow_eod.spark.staging import stage_dataframe
+
+    assert spec.quarantine_table_uri is not None
+    staged = stage_dataframe(bad, spec.quarantine_table_uri, plan.key, spec.generation, spec.attempt_id, [])
+    q_manifest = replace(
+        manifest, rows=staged.rows, files=len(staged.files), extra={"quarantine_of": spec.table_uri}
+    )
+    ours, status = commit_batch(
+        spec.quarantine_table_uri,
+        plan.key,
+        spec.generation,
+        staged,
+        q_manifest,
+        try_number=spec.try_number,
+        replace_previous=spec.restate,
+    )
+    log.warning(
+        "batch %s: %d malformed record(s) %s the quarantine table %s (version %s)",
+        plan.key,
+        q_manifest.rows if ours else (status.manifest.rows if status.manifest else -1),
+        "committed to" if ours else "already in",
+        spec.quarantine_table_uri,
+        status.table_version,
+    )
+    remove_uncommitted_attempts(spec.quarantine_table_uri, status)
+
+
+def _write(
+    spark_df: DataFrame, spec: LoadSpec, plan: Plan, manifest: Manifest, source: Source, ctx: ReadContext
+) -> tuple[bool, BatchStatus]:
+    batch = plan.key
+    if spec.engine == "delta-spark":
+        from airflow_eod.spark.delta_spark_engine import write_with_delta_spark
+
+        manifest = replace(manifest, rows=spark_df.count())
+        return write_with_delta_spark(
+            spark_df,
+            spec.table_uri,
+            batch,
+            spec.generation,
+            manifest,
+            spec.partition_by,
+            try_number=spec.try_number,
+        )
+    from airflow_eod.spark.staging import stage_dataframe
+
+    staged = stage_dataframe(
+        spark_df, spec.table_uri, batch, spec.generation, spec.attempt_id, spec.partition_by
+    )
+    source.verify(plan, ctx)  # an input that changed while Spark read it fails here
+    fault_point("after_stage", try_number=spec.try_number)
+    return commit_batch(
+        spec.table_uri,
+        batch,
+        spec.generation,
+        staged,
+        replace(manifest, rows=staged.rows, files=len(staged.files)),
+        table_configuration=spec.table_configuration,
+        try_number=spec.try_number,
+        replace_previous=spec.restate,
+        schema_policy=spec.schema_drift,
+    )
+
+
+def run_load(
+    spark: SparkSession,
+    spec: LoadSpec,
+    transform: Transform | None = None,
+    credentials: Credentials | None = None,
+) -> LoadResult:
     """Load the planned batch of ``spec`` exactly once.
 
     :param spark: the driver's SparkSession.
     :param spec: the load, as data.
     :param transform: a callable that overrides ``spec.transform`` (local mode only).
+    :param credentials: the source's credentials (never part of ``spec``).
     """
     plan = Plan(**spec.plan)
     batch = plan.key
     source = source_from_dict(spec.source)
-    status = ask(spec.table_uri, batch, spec.generation)
+    ctx = ReadContext(spark_factory=lambda: spark, credentials=credentials)
+    table = open_table(spec.table_uri)
+    status = ask_table(table, batch, spec.generation)
     if status.committed:
         log.info(
             "batch %s: already committed (generation %s); writing nothing", batch, status.committed_generation
         )
         remove_uncommitted_attempts(spec.table_uri, status)
         return result_from_status(spec.table_uri, status, ALREADY_COMMITTED)
+    if not spec.restate:
+        check_retention(table, plan)
     fault_point("before_write", try_number=spec.try_number)
-    source.verify(plan)
+    source.verify(plan, ctx)
     fn = transform or (resolve_transform(spec.transform) if spec.transform else None)
+    manifest = Manifest(
+        pipeline_id=batch.pipeline_id,
+        batch_key=batch.key,
+        generation=spec.generation,
+        boundary=plan.boundary,
+        input_fingerprint=plan.input_fingerprint,
+        rows=0,
+        files=0,
+        attempt_id=spec.attempt_id,
+        engine=spec.engine,
+        run_id=spec.run_id,
+        try_number=spec.try_number,
+        previous_generation=spec.previous_generation,
+    )
     try:
-        df = source.read(spark, plan)
+        df, bad = split_malformed(
+            source.read(plan, ctx), batch.label, quarantine=spec.quarantine_table_uri is not None
+        )
+        if bad is not None:
+            _commit_quarantine(spec, plan, bad, manifest)
         if fn is not None:
             df = fn(df)
-        manifest = Manifest(
-            pipeline_id=batch.pipeline_id,
-            batch_key=batch.key,
-            generation=spec.generation,
-            boundary=plan.boundary,
-            input_fingerprint=plan.input_fingerprint,
-            rows=0,
-            files=0,
-            attempt_id=spec.attempt_id,
-            engine=spec.engine,
-            run_id=spec.run_id,
-            try_number=spec.try_number,
-        )
-        if spec.engine == "delta-spark":
-            from airflow_eod.spark.delta_spark_engine import write_with_delta_spark
-
-            rows = df.count()
-            manifest = Manifest(**{**asdict(manifest), "rows": rows})
-            ours, status = write_with_delta_spark(
-                df,
-                spec.table_uri,
-                batch,
-                spec.generation,
-                manifest,
-                spec.partition_by,
-                try_number=spec.try_number,
-            )
-        else:
-            from airflow_eod.spark.staging import stage_dataframe
-
-            staged = stage_dataframe(
-                df, spec.table_uri, batch, spec.generation, spec.attempt_id, spec.partition_by
-            )
-            source.verify(plan)  # an input that changed while Spark read it fails here
-            fault_point("after_stage", try_number=spec.try_number)
-            manifest = Manifest(**{**asdict(manifest), "rows": staged.rows, "files": len(staged.files)})
-            ours, status = commit_batch(
-                spec.table_uri,
-                batch,
-                spec.generation,
-                staged,
-                manifest,
-                table_configuration=spec.table_configuration,
-                try_number=spec.try_number,
-            )
+        ours, status = _write(df, spec, plan, manifest, source, ctx)
     except Exception as exc:
         decided = decide_after_failure(spec.table_uri, batch, spec.generation, exc)
         if decided is not None:
@@ -181,8 +249,18 @@ def run_load(spark: SparkSession, spec: LoadSpec, transform: Transform | None = 
     fault_point("after_commit", try_number=spec.try_number)
     remove_uncommitted_attempts(spec.table_uri, status)
     outcome = COMMITTED if ours else ALREADY_COMMITTED
-    log.info("batch %s: %s at table version %s", batch, outcome, status.table_version)
+    log.info(
+        "batch %s: %s generation %s at table version %s",
+        batch,
+        outcome,
+        status.committed_generation,
+        status.table_version,
+    )
     return result_from_status(spec.table_uri, status, outcome)
+
+
+CREDENTIALS_USER_ENV = "EOD_SOURCE_USER"
+CREDENTIALS_PASSWORD_ENV = "EOD_SOURCE_PASSWORD"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,7 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         spec = LoadSpec.from_json(fh.read())
     from airflow_eod.spark.session import get_session
 
-    result = run_load(get_session(), spec)
+    # A submitted driver gets the source's credentials from its environment, never the spec.
+    user = os.environ.get(CREDENTIALS_USER_ENV)
+    creds = Credentials(user, os.environ.get(CREDENTIALS_PASSWORD_ENV, "")) if user else None
+    result = run_load(get_session(), spec, credentials=creds)
     text = json.dumps(result.to_dict(), sort_keys=True)
     if args.result:
         with open(args.result, "w") as fh:

@@ -1,0 +1,62 @@
+"""The transaction-retention window: how long the table remembers a batch's marker.
+
+Delta drops ``txn`` markers older than ``delta.setTransactionRetentionDuration`` when it
+writes a checkpoint. A batch planned longer ago than that, with no marker in the table,
+may have been committed and forgotten; loading it again could duplicate its rows, so it is
+refused unless it is restated on purpose (invariant I5).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from deltalake import DeltaTable
+
+from airflow_eod.core.errors import ConfigurationError, RetentionWindowError
+from airflow_eod.core.plan_log import Plan
+
+RETENTION_KEY = "delta.setTransactionRetentionDuration"
+DEFAULT_RETENTION = "interval 30 days"
+_UNITS = {
+    "second": 1,
+    "minute": 60,
+    "hour": 3600,
+    "day": 86400,
+    "week": 7 * 86400,
+}
+_INTERVAL_RE = re.compile(r"^\s*interval\s+(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
+
+
+def parse_interval(text: str) -> timedelta:
+    """Parse a Delta interval such as ``interval 30 days``."""
+    m = _INTERVAL_RE.match(text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ConfigurationError(f"cannot read the retention interval {text!r}; use e.g. 'interval 30 days'")
+    return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def retention_window(table: DeltaTable | None) -> timedelta | None:
+    """The table's marker retention, or ``None`` when markers never expire."""
+    if table is None:
+        return None
+    value = (table.metadata().configuration or {}).get(RETENTION_KEY)
+    return parse_interval(value) if value else None
+
+
+def check_retention(table: DeltaTable | None, plan: Plan, *, now: datetime | None = None) -> None:
+    """Refuse an uncommitted batch planned longer ago than the retention window."""
+    window = retention_window(table)
+    if window is None or not plan.planned_at:
+        return
+    planned = datetime.fromisoformat(plan.planned_at)
+    age = (now or datetime.now(UTC)) - planned
+    if age > window:
+        raise RetentionWindowError(
+            plan.key.label,
+            f"it was planned at {plan.planned_at}, {age.days} days ago, longer than the table's "
+            f"transaction-retention window ({RETENTION_KEY} = {window.days} days), and the table "
+            "has no marker for it: it may have been committed and its marker expired, so loading "
+            "it again could duplicate its rows. Check the table, then restate the batch on purpose "
+            "(restate=True) to replace whatever it holds of this batch",
+        )

@@ -1,0 +1,207 @@
+"""The shared flow of every load operator; each operator only says what its source is.
+
+Plan (freeze the batch), ask (does the table have it?), restate if asked to, run the Spark
+load, and decide from the table however the attempt ended.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import pendulum
+from airflow.sdk import BaseOperator
+
+from airflow_eod.core.ask import ask
+from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.restatement import plan_restatement
+from airflow_eod.core.result import NO_NEW_DATA, LoadResult, decide_after_failure
+from airflow_eod.core.table_uri import normalise
+from airflow_eod.operators.run_context import (
+    data_interval_for,
+    pipeline_id_for,
+    run_token_for,
+    try_number_for,
+)
+from airflow_eod.sources.base import Credentials, ReadContext, Source
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", "", "none"):
+        return False
+    raise ConfigurationError(f"restate must be true or false, not {value!r}")
+
+
+class DeltaLoadOperator(BaseOperator):
+    """Base of the load operators: everything but the source.
+
+    :param table_uri: the target Delta table (templated).
+    :param pipeline_id: the dedup namespace (templated); defaults to ``<dag_id>.<task_id>``.
+        Renaming it starts a new namespace: batches are loaded again under the new name.
+    :param partition_by: partition columns of a table this load creates.
+    :param transform: ``"module:function"`` or a callable taking and returning a DataFrame.
+    :param engine: ``delta-rs`` (default) or ``delta-spark`` (needs the Delta jars).
+    :param spark_conf: extra settings for the local SparkSession.
+    :param table_configuration: table properties for a table this load creates.
+    :param restate: (templated) re-load this run's batch on purpose as a new generation that
+        replaces the old one in one commit, e.g. ``"{{ params.restate }}"``.
+    :param schema_drift: ``fail`` (default) or ``add_columns`` (new nullable source columns
+        are added to the table in the batch's commit; type changes always fail).
+    :param quarantine_table_uri: (templated) a Delta table for malformed records; unset,
+        malformed records fail the batch.
+    :param interval_start: (templated) explicit batch interval start, for manual runs
+        without a logical date (ISO 8601 with a time zone).
+    :param interval_end: (templated) explicit batch interval end.
+    """
+
+    template_fields: Sequence[str] = (
+        "table_uri",
+        "pipeline_id",
+        "restate",
+        "quarantine_table_uri",
+        "interval_start",
+        "interval_end",
+    )
+    ui_color = "#00add4"
+
+    def __init__(
+        self,
+        *,
+        table_uri: str,
+        pipeline_id: str | None = None,
+        partition_by: Sequence[str] | None = None,
+        transform: str | Callable[[DataFrame], DataFrame] | None = None,
+        engine: str = "delta-rs",
+        spark_conf: dict[str, str] | None = None,
+        table_configuration: dict[str, str] | None = None,
+        restate: bool | str = False,
+        schema_drift: str = "fail",
+        quarantine_table_uri: str | None = None,
+        interval_start: str | datetime | None = None,
+        interval_end: str | datetime | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table_uri = table_uri
+        self.pipeline_id = pipeline_id
+        self.partition_by = list(partition_by or [])
+        self.transform = transform
+        self.engine = engine
+        self.spark_conf = spark_conf or {}
+        self.table_configuration = table_configuration or {}
+        self.restate = restate
+        self.schema_drift = schema_drift
+        self.quarantine_table_uri = quarantine_table_uri
+        self.interval_start = interval_start
+        self.interval_end = interval_end
+
+    # -- what subclasses provide ---------------------------------------------------
+    def build_source(self) -> Source:
+        raise NotImplementedError
+
+    def credentials(self) -> Credentials | None:
+        return None
+
+    # -- the flow ------------------------------------------------------------------
+    def _interval(self, context: Any) -> tuple[datetime, datetime] | None:
+        if self.interval_start or self.interval_end:
+            if not (self.interval_start and self.interval_end):
+                raise ConfigurationError("pass both interval_start and interval_end, or neither")
+            bounds = [
+                v if isinstance(v, datetime) else pendulum.parse(str(v))
+                for v in (self.interval_start, self.interval_end)
+            ]
+            return bounds[0], bounds[1]  # type: ignore[return-value]
+        return data_interval_for(context)
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_eod.spark.load_job import LoadSpec, run_load
+        from airflow_eod.spark.session import get_session
+
+        pipeline = pipeline_id_for(self, self.pipeline_id)
+        source = self.build_source()
+        plan_log = PlanLog(self.table_uri, pipeline)
+        run_token = run_token_for(context)
+        ctx = ReadContext(
+            spark_factory=lambda: get_session(conf=self.spark_conf), credentials=self.credentials()
+        )
+        plan = source.plan(
+            plan_log,
+            ctx,
+            run_token=run_token,
+            is_committed=lambda key: ask(self.table_uri, key).committed,
+            interval=self._interval(context),
+        )
+        if plan is None:
+            self.log.info("pipeline %s: the source holds nothing new; nothing to load", pipeline)
+            return LoadResult(
+                pipeline, None, None, None, 0, 0, NO_NEW_DATA, normalise(self.table_uri)
+            ).to_dict()
+        restate = _as_bool(self.restate)
+        previous: int | None = None
+        if restate:
+            previous = ask(self.table_uri, plan.key).committed_generation
+            plan = plan_restatement(
+                plan_log,
+                plan,
+                run_token=run_token,
+                committed_generation=previous,
+                replan=lambda p, g: source.replan(p, g, ctx),
+            )
+            self.log.info(
+                "batch %s: restating generation %s as generation %d", plan.key, previous, plan.generation
+            )
+        self.log.info(
+            "batch %s: generation %d, %d input(s), fingerprint %s",
+            plan.key,
+            plan.generation,
+            len(plan.inputs),
+            plan.input_fingerprint[:12],
+        )
+        spec = LoadSpec(
+            table_uri=self.table_uri,
+            plan=asdict(plan),
+            source=source.to_dict(),
+            partition_by=self.partition_by,
+            transform=self.transform if isinstance(self.transform, str) else None,
+            engine=self.engine,
+            run_id=context["ti"].run_id,
+            try_number=try_number_for(context),
+            table_configuration=dict(self.table_configuration),
+            restate=restate,
+            previous_generation=previous,
+            schema_drift=self.schema_drift,
+            quarantine_table_uri=self.quarantine_table_uri,
+        )
+        transform = self.transform if callable(self.transform) else None
+        try:
+            result = run_load(ctx.spark, spec, transform, ctx.credentials)
+        except Exception as exc:
+            # The decide step: the table, not the exception, says whether the batch landed.
+            decided = decide_after_failure(self.table_uri, plan.key, plan.generation, exc)
+            if decided is None:
+                raise
+            result = decided
+        self.log.info(
+            "batch %s: %s (generation %s, table version %s, %d rows, %d files)",
+            plan.key,
+            result.outcome,
+            result.generation,
+            result.table_version,
+            result.rows,
+            result.files,
+        )
+        self.log.info("result %s", json.dumps(result.to_dict(), sort_keys=True))
+        return result.to_dict()

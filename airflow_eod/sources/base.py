@@ -1,0 +1,77 @@
+"""What every source provides, and the context it reads with.
+
+A source plans a frozen slice (``plan``), re-freezes it for a restatement (``replan``),
+checks that the slice has not changed (``verify``) and reads exactly that slice (``read``).
+Credentials travel in the :class:`ReadContext`, never in a plan, a spec or a manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.plan_log import Plan, PlanLog
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A user name and password for a source. The password never appears in ``repr``."""
+
+    user: str
+    password: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"Credentials(user={self.user!r}, password=***)"
+
+
+@dataclass
+class ReadContext:
+    """What a source may need to plan or read: a SparkSession (made on first use) and
+    credentials.
+
+    :param spark_factory: returns the SparkSession; called at most once.
+    :param credentials: the source's credentials, if it has any.
+    """
+
+    spark_factory: Callable[[], SparkSession] | None = None
+    credentials: Credentials | None = None
+    _spark: Any = None
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            if self.spark_factory is None:
+                raise RuntimeError("this read context has no SparkSession")
+            self._spark = self.spark_factory()
+        return self._spark
+
+
+class Source(Protocol):
+    """The interface of a source (see :mod:`airflow_eod.sources`)."""
+
+    @property
+    def boundary(self) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def plan(
+        self,
+        plan_log: PlanLog,
+        ctx: ReadContext,
+        *,
+        run_token: str,
+        is_committed: Callable[[BatchKey], bool],
+        interval: tuple[datetime, datetime] | None = None,
+    ) -> Plan | None: ...
+
+    def replan(self, plan: Plan, generation: int, ctx: ReadContext) -> Plan: ...
+
+    def verify(self, plan: Plan, ctx: ReadContext) -> None: ...
+
+    def read(self, plan: Plan, ctx: ReadContext) -> DataFrame: ...

@@ -1,0 +1,262 @@
+"""The JDBC incremental source: rows of a database table, sliced by a monotonic key.
+
+With ``boundary="offsets"`` a batch is the frozen key range ``(low, high]``: ``high`` is read
+once, at planning, and ``low`` is the ``high`` of the pipeline's previous batch. Rows
+inserted after planning have keys above ``high`` and wait for the next batch. With
+``boundary="interval"`` a batch is ``start <= key < end`` over the DAG run's data interval
+(a timestamp key). The planned row count is frozen too: if the range holds a different
+number of rows when it is read, the batch fails (invariant I3).
+
+Identifiers are validated and quoted; values reach SQL only as literals formatted from
+typed Python values (``int`` or ``datetime``). Credentials come from the read context and
+are never stored in the plan, the spec or the commit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
+from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch
+from airflow_eod.sources.base import ReadContext
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+KEY_TYPES = ("integer", "timestamp")
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_SECRET_IN_URL = re.compile(r"(password|user)=", re.IGNORECASE)
+
+
+def quote_identifier(name: str, what: str = "identifier") -> str:
+    """``"schema"."table"`` from ``schema.table`` after checking each part."""
+    parts = name.split(".") if isinstance(name, str) else []
+    if not 1 <= len(parts) <= 2 or not all(_IDENT_RE.match(p) for p in parts):
+        raise ConfigurationError(
+            f"{what} {name!r} is not a plain SQL identifier (letters, digits, '_', optionally "
+            "schema-qualified); refusing to build SQL from it"
+        )
+    return ".".join(f'"{p}"' for p in parts)
+
+
+def _literal(value: Any, key_type: str) -> str:
+    """A SQL literal from a typed value; nothing else reaches the SQL text."""
+    if key_type == "integer":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigurationError(f"integer key bound {value!r} is not an integer")
+        return str(value)
+    ts = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    if ts.tzinfo is not None:
+        ts = ts.astimezone(UTC).replace(tzinfo=None)
+    return f"TIMESTAMP '{ts.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
+
+
+@dataclass(frozen=True)
+class JdbcIncrementalSource:
+    """A database table read through JDBC, in batches of a monotonic key.
+
+    :param url: the JDBC URL without credentials, e.g. ``jdbc:postgresql://db:5432/shop``.
+    :param table: the table, optionally schema-qualified.
+    :param key_column: a monotonic key: an integer id or a timestamp.
+    :param key_type: ``integer`` or ``timestamp`` (a ``timestamp without time zone`` in UTC).
+    :param columns: the columns to load (default: all).
+    :param max_rows_per_batch: cap on rows per offset batch (rows that share the boundary
+        key all go in the same batch, so a batch may exceed it by those).
+    :param num_partitions: parallel JDBC reads, split by key range.
+    :param boundary: ``offsets`` or ``interval``.
+    :param driver: the JDBC driver class.
+    """
+
+    url: str
+    table: str
+    key_column: str
+    key_type: str = "integer"
+    columns: list[str] | None = None
+    max_rows_per_batch: int | None = None
+    num_partitions: int = 1
+    boundary: str = "offsets"
+    driver: str = "org.postgresql.Driver"
+    fetch_size: int = 10_000
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith("jdbc:"):
+            raise ConfigurationError(f"JDBC URL must start with 'jdbc:', not {self.url.split(':')[0]!r}")
+        if _SECRET_IN_URL.search(self.url):
+            raise ConfigurationError(
+                "the JDBC URL must not carry user or password; use an Airflow connection"
+            )
+        if self.key_type not in KEY_TYPES:
+            raise ConfigurationError(f"key_type {self.key_type!r} is not one of {KEY_TYPES}")
+        if self.boundary not in ("offsets", "interval"):
+            raise ConfigurationError(f"boundary {self.boundary!r} is not 'offsets' or 'interval'")
+        if self.boundary == "interval" and self.key_type != "timestamp":
+            raise ConfigurationError("boundary='interval' needs a timestamp key (key_type='timestamp')")
+        if self.num_partitions < 1 or (self.max_rows_per_batch is not None and self.max_rows_per_batch < 1):
+            raise ConfigurationError("num_partitions and max_rows_per_batch must be at least 1")
+        quote_identifier(self.table, "table")
+        quote_identifier(self.key_column, "key column")
+        for col in self.columns or []:
+            quote_identifier(col, "column")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "jdbc_incremental", **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JdbcIncrementalSource:
+        return cls(**{k: v for k, v in data.items() if k != "type"})
+
+    # -- SQL ---------------------------------------------------------------------
+    @property
+    def _t(self) -> str:
+        return quote_identifier(self.table, "table")
+
+    @property
+    def _k(self) -> str:
+        return quote_identifier(self.key_column, "key column")
+
+    def _range(self, boundary: dict[str, Any]) -> str:
+        if "start" in boundary:
+            return (
+                f"{self._k} >= {_literal(boundary['start'], 'timestamp')} AND "
+                f"{self._k} < {_literal(boundary['end'], 'timestamp')}"
+            )
+        low = boundary.get("low")
+        upper = f"{self._k} <= {_literal(boundary['high'], self.key_type)}"
+        return upper if low is None else f"{self._k} > {_literal(low, self.key_type)} AND {upper}"
+
+    def _query(self, ctx: ReadContext, sql: str, label: str | None) -> list[Any]:
+        if ctx.credentials is None:
+            raise ConfigurationError("the JDBC source needs credentials (an Airflow connection)")
+        try:
+            df = (
+                ctx.spark.read.format("jdbc")
+                .option("url", self.url)
+                .option("driver", self.driver)
+                .option("user", ctx.credentials.user)
+                .option("password", ctx.credentials.password)
+                .option("query", sql)
+                .load()
+            )
+            if self.key_type == "timestamp" and "hi" in df.columns:
+                from pyspark.sql import functions as F
+
+                # Render in the session's UTC, not the Python process's local time zone.
+                df = df.withColumn("hi", F.date_format("hi", "yyyy-MM-dd HH:mm:ss.SSSSSS"))
+            return list(df.collect()[0])
+        except Exception as exc:
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BatchError(label, f"the source query on {self.table} failed: {text}") from exc
+
+    def _count(self, ctx: ReadContext, boundary: dict[str, Any], label: str | None) -> int:
+        return int(
+            self._query(ctx, f"SELECT COUNT(*) AS n FROM {self._t} WHERE {self._range(boundary)}", label)[0]
+        )
+
+    # -- planning ----------------------------------------------------------------
+    def _next_offsets(
+        self, ctx: ReadContext
+    ) -> Callable[[list[Plan]], tuple[dict[str, Any], list[dict[str, Any]]] | None]:
+        def next_offsets(history: list[Plan]) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+            low = history[-1].boundary["high"] if history else None
+            where = "" if low is None else f" WHERE {self._k} > {_literal(low, self.key_type)}"
+            if self.max_rows_per_batch:
+                sql = (
+                    f"SELECT MAX(k) AS hi FROM (SELECT {self._k} AS k FROM {self._t}{where} "
+                    f"ORDER BY {self._k} LIMIT {int(self.max_rows_per_batch)}) eod_head"
+                )
+            else:
+                sql = f"SELECT MAX({self._k}) AS hi FROM {self._t}{where}"
+            high = self._query(ctx, sql, None)[0]
+            if high is None:
+                return None
+            if self.key_type == "integer":
+                high = int(high)
+            boundary = {"table": self.table, "key_column": self.key_column, "low": low, "high": high}
+            return boundary, [{"rows": self._count(ctx, boundary, None)}]
+
+        return next_offsets
+
+    def plan(
+        self,
+        plan_log: PlanLog,
+        ctx: ReadContext,
+        *,
+        run_token: str,
+        is_committed: Callable[[BatchKey], bool],
+        interval: tuple[datetime, datetime] | None = None,
+    ) -> Plan | None:
+        """Freeze the batch this run loads (``None``: no new rows for an offset pipeline)."""
+        if self.boundary == "interval":
+            if interval is None:
+                raise ConfigurationError(
+                    "boundary='interval' needs the DAG run's data interval, and this run has none "
+                    "(a manual run without a logical date); trigger it with a logical date or pass "
+                    "interval_start and interval_end to the operator"
+                )
+            label = BatchKey.for_interval(plan_log.pipeline_id, *interval).label
+            boundary = {"start": interval[0].isoformat(), "end": interval[1].isoformat()}
+            return plan_interval_batch(
+                plan_log,
+                start=interval[0],
+                end=interval[1],
+                inputs=lambda: [{"rows": self._count(ctx, boundary, label)}],
+            )
+        return plan_offset_batch(
+            plan_log, run_token=run_token, is_committed=is_committed, next_offsets=self._next_offsets(ctx)
+        )
+
+    def replan(self, plan: Plan, generation: int, ctx: ReadContext) -> Plan:
+        """The same key range, with its row count as it is now."""
+        inputs = [{"rows": self._count(ctx, plan.boundary, plan.key.label)}]
+        return replace(plan, inputs=inputs, generation=generation, planned_at="")
+
+    def verify(self, plan: Plan, ctx: ReadContext) -> None:
+        """Fail if the key range no longer holds the planned number of rows (I3)."""
+        planned = int(plan.inputs[0]["rows"])
+        now = self._count(ctx, plan.boundary, plan.key.label)
+        if now != planned:
+            raise InputChangedError(
+                plan.key.label,
+                f"the source range {self._describe(plan.boundary)} of {self.table} held {planned} rows "
+                f"when planned and holds {now} now (rows were updated, deleted or inserted below the "
+                "key frontier); nothing was committed. Restate the batch on purpose to load it as it is now",
+            )
+
+    def _describe(self, boundary: dict[str, Any]) -> str:
+        if "start" in boundary:
+            return f"[{boundary['start']}, {boundary['end']})"
+        return f"({boundary.get('low')}, {boundary['high']}] of {self.key_column}"
+
+    # -- reading -----------------------------------------------------------------
+    def read(self, plan: Plan, ctx: ReadContext) -> DataFrame:
+        """A DataFrame of exactly the planned key range, read in parallel by key range."""
+        if ctx.credentials is None:
+            raise ConfigurationError("the JDBC source needs credentials (an Airflow connection)")
+        cols = ", ".join(quote_identifier(c, "column") for c in self.columns) if self.columns else "*"
+        subquery = f"(SELECT {cols} FROM {self._t} WHERE {self._range(plan.boundary)}) eod_batch"
+        reader = (
+            ctx.spark.read.format("jdbc")
+            .option("url", self.url)
+            .option("driver", self.driver)
+            .option("user", ctx.credentials.user)
+            .option("password", ctx.credentials.password)
+            .option("dbtable", subquery)
+            .option("fetchsize", str(self.fetch_size))
+        )
+        b = plan.boundary
+        if self.num_partitions > 1 and self.key_type == "integer" and "high" in b:
+            low = (b["low"] if b.get("low") is not None else 0) + 1
+            reader = (
+                reader.option("partitionColumn", self.key_column)
+                .option("lowerBound", str(low))
+                .option("upperBound", str(int(b["high"]) + 1))
+                .option("numPartitions", str(self.num_partitions))
+            )
+        return reader.load()

@@ -1,0 +1,147 @@
+"""Start and stop a throwaway PostgreSQL server on 127.0.0.1 for the `jdbc` tests.
+
+It uses Debian's PostgreSQL binaries (`apt-get install postgresql
+libpostgresql-jdbc-java`, which `.ci/run` does). PostgreSQL refuses to run as root, so as
+root the server runs as the `postgres` user. Without the binaries the tests skip with that
+reason, unless EOD_REQUIRE_POSTGRES is set (CI sets it) and they fail instead.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+import pytest
+
+JDBC_JAR = "/usr/share/java/postgresql.jar"
+USER = "eod_loader"
+PASSWORD = "s3cr3t-Pa55-for-eod-tests"
+DATABASE = "shop"
+
+
+def _bindir() -> str | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    return os.path.dirname(found[-1]) if found else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class PostgresServer:
+    bindir: str
+    datadir: str
+    port: int
+    as_user: list[str]
+
+    host = "127.0.0.1"
+    user = USER
+    password = PASSWORD
+    database = DATABASE
+
+    @property
+    def jdbc_url(self) -> str:
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.database}"
+
+    @classmethod
+    def start(cls) -> PostgresServer:
+        bindir = _bindir()
+        if bindir is None or not os.path.exists(JDBC_JAR):
+            reason = (
+                "PostgreSQL server binaries or its JDBC jar are not installed "
+                "(apt-get install postgresql libpostgresql-jdbc-java; .ci/run installs them)"
+            )
+            if os.environ.get("EOD_REQUIRE_POSTGRES"):
+                pytest.fail(reason)
+            pytest.skip(reason)
+        root = tempfile.mkdtemp(prefix="eod-pg-", dir="/tmp")
+        os.chmod(root, 0o755)
+        as_user: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(root, "postgres", "postgres")
+            as_user = ["runuser", "-u", "postgres", "--"]
+        datadir = os.path.join(root, "data")
+        pwfile = os.path.join(root, "pw")
+        with open(pwfile, "w") as fh:
+            fh.write(PASSWORD)
+        if as_user:
+            shutil.chown(pwfile, "postgres", "postgres")
+        subprocess.run(
+            [
+                *as_user,
+                f"{bindir}/initdb",
+                "-D",
+                datadir,
+                "-U",
+                USER,
+                "--auth=scram-sha-256",
+                f"--pwfile={pwfile}",
+                "-E",
+                "UTF8",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        port = _free_port()
+        subprocess.run(
+            [
+                *as_user,
+                f"{bindir}/pg_ctl",
+                "-D",
+                datadir,
+                "-l",
+                os.path.join(root, "log"),
+                "-w",
+                "-o",
+                f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off",
+                "start",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        server = cls(bindir, datadir, port, as_user)
+        conn = server.connect("postgres")
+        conn.autocommit = True  # CREATE DATABASE cannot run in a transaction block
+        try:
+            conn.cursor().execute(f"CREATE DATABASE {DATABASE}")
+        finally:
+            conn.close()
+        return server
+
+    def connect(self, database: str | None = None):  # type: ignore[no-untyped-def]
+        import psycopg2
+
+        conn = psycopg2.connect(
+            host=self.host, port=self.port, user=USER, password=PASSWORD, dbname=database or DATABASE
+        )
+        return conn
+
+    def execute(
+        self, sql: str, params: tuple[object, ...] | list[tuple[object, ...]] = (), many: bool = False
+    ) -> None:
+        with self.connect() as conn, conn.cursor() as cur:
+            if many:
+                cur.executemany(sql, params)
+            else:
+                cur.execute(sql, params)
+
+    def rows(self, sql: str) -> list[tuple[object, ...]]:
+        with self.connect() as conn, conn.cursor() as cur:
+            cur.execute(sql)
+            return [tuple(r) for r in cur.fetchall()]
+
+    def stop(self) -> None:
+        subprocess.run(
+            [*self.as_user, f"{self.bindir}/pg_ctl", "-D", self.datadir, "-m", "fast", "-w", "stop"],
+            check=False,
+            stdout=subprocess.DEVNULL,
+        )
+        shutil.rmtree(os.path.dirname(self.datadir), ignore_errors=True)
