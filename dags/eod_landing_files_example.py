@@ -5,7 +5,8 @@ their marker in one Delta commit, and a sensor confirms the batch from the table
 Retries, clears and a task killed after its commit never load a file twice.
 
 ``EOD_DEMO_LANDING`` and ``EOD_DEMO_TABLE`` choose the directories; ``make demo`` sets them.
-Trigger with ``{"restate": true}`` on a run to re-load that run's batch on purpose.
+Trigger with ``{"restate": true, "restate_batch_key": "<key>"}`` to re-load a batch on
+purpose: it becomes generation + 1, swapped for the old one in one commit.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ with DAG(
     default_args={"retries": 2, "retry_delay": timedelta(seconds=1)},
     tags=["airflow-eod", "example"],
     params={
-        "restate": Param(False, type="boolean", description="re-load this run's batch as a new generation")
+        "restate": Param(False, type="boolean", description="re-load a batch as a new generation"),
+        "restate_batch_key": Param(
+            "", type="string", description="the batch to restate (airflow-eod status)"
+        ),
     },
 ) as dag:
     load_orders = LandingFilesToDeltaOperator(
@@ -44,6 +48,7 @@ with DAG(
         partition_by=["order_date"],
         max_files_per_batch=1000,
         restate="{{ params.restate }}",
+        restate_batch_key="{{ params.restate_batch_key }}",
     )
     confirm_orders = DeltaBatchSensor(
         task_id="confirm_orders",

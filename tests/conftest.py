@@ -3,6 +3,7 @@ and helpers that build real landing directories and real Delta tables."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -30,6 +31,8 @@ os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = _DAGS
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ.pop("EOD_FAULTPOINTS", None)
+# py4j logs from __del__ at interpreter exit, after pytest has closed the streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")

@@ -135,3 +135,30 @@ def test_sensor_times_out_on_a_batch_that_was_never_committed(airflow_db: str, t
     assert str(run.state) == "failed"
     assert _tries(run.run_id, "wait_poke")[-1] == "failed"
     assert _tries(run.run_id, "wait_reschedule")[-1] == "failed"
+
+
+@pytest.mark.spark
+def test_restating_a_batch_from_a_dag_param(airflow_db: str, spark: Any, tmp_path: Any) -> None:
+    landing, table = str(tmp_path / "landing"), str(tmp_path / "table")
+    write_order_files(landing, 2, 50)
+    module = _example_dag(landing, table)
+    first = module.dag.test(logical_date=datetime(2026, 11, 20, tzinfo=UTC))
+    loaded = _xcom(first.run_id, "load_orders")
+    assert loaded["outcome"] == "committed" and loaded["generation"] == 0
+    # The files of that batch are corrected in place; a restating run re-loads them.
+    for name in sorted(os.listdir(landing)):
+        os.unlink(os.path.join(landing, name))
+    write_order_files(landing, 2, 30, first_id=7000)
+    old_names = sorted(os.listdir(landing))
+    for old, new in zip(old_names, ["orders-000001-0000.csv", "orders-000001-0001.csv"], strict=True):
+        os.rename(os.path.join(landing, old), os.path.join(landing, new))
+    run = module.dag.test(
+        logical_date=datetime(2026, 11, 21, tzinfo=UTC),
+        run_conf={"restate": True, "restate_batch_key": loaded["batch_key"]},
+    )
+    assert str(run.state) == "success"
+    restated = _xcom(run.run_id, "load_orders")
+    assert (restated["outcome"], restated["generation"], restated["rows"]) == ("committed", 1, 60)
+    assert _xcom(run.run_id, "confirm_orders")["generation"] == 1
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 60, cmp.describe()

@@ -55,8 +55,12 @@ class DeltaLoadOperator(BaseOperator):
     :param engine: ``delta-rs`` (default) or ``delta-spark`` (needs the Delta jars).
     :param spark_conf: extra settings for the local SparkSession.
     :param table_configuration: table properties for a table this load creates.
-    :param restate: (templated) re-load this run's batch on purpose as a new generation that
-        replaces the old one in one commit, e.g. ``"{{ params.restate }}"``.
+    :param restate: (templated) re-load a batch on purpose as a new generation that replaces
+        the old one in one commit, e.g. ``"{{ params.restate }}"``. Without
+        ``restate_batch_key`` it is this run's own batch (its interval, or the offset batch
+        this run loaded).
+    :param restate_batch_key: (templated) the batch to restate, e.g.
+        ``"{{ params.restate_batch_key }}"``; needed to restate an offset batch from a new run.
     :param schema_drift: ``fail`` (default) or ``add_columns`` (new nullable source columns
         are added to the table in the batch's commit; type changes always fail).
     :param quarantine_table_uri: (templated) a Delta table for malformed records; unset,
@@ -70,6 +74,7 @@ class DeltaLoadOperator(BaseOperator):
         "table_uri",
         "pipeline_id",
         "restate",
+        "restate_batch_key",
         "quarantine_table_uri",
         "interval_start",
         "interval_end",
@@ -87,6 +92,7 @@ class DeltaLoadOperator(BaseOperator):
         spark_conf: dict[str, str] | None = None,
         table_configuration: dict[str, str] | None = None,
         restate: bool | str = False,
+        restate_batch_key: str | None = None,
         schema_drift: str = "fail",
         quarantine_table_uri: str | None = None,
         interval_start: str | datetime | None = None,
@@ -102,6 +108,7 @@ class DeltaLoadOperator(BaseOperator):
         self.spark_conf = spark_conf or {}
         self.table_configuration = table_configuration or {}
         self.restate = restate
+        self.restate_batch_key = restate_batch_key
         self.schema_drift = schema_drift
         self.quarantine_table_uri = quarantine_table_uri
         self.interval_start = interval_start
@@ -137,19 +144,28 @@ class DeltaLoadOperator(BaseOperator):
         ctx = ReadContext(
             spark_factory=lambda: get_session(conf=self.spark_conf), credentials=self.credentials()
         )
-        plan = source.plan(
-            plan_log,
-            ctx,
-            run_token=run_token,
-            is_committed=lambda key: ask(self.table_uri, key).committed,
-            interval=self._interval(context),
-        )
+        restate = _as_bool(self.restate)
+        named = (self.restate_batch_key or "").strip() if restate else ""
+        if named:
+            plan = plan_log.get_plan(named)
+            if plan is None:
+                raise ConfigurationError(
+                    f"restate_batch_key {named!r}: pipeline {pipeline} has no such batch in its plan "
+                    "log; `airflow-eod status TABLE` lists the batch keys"
+                )
+        else:
+            plan = source.plan(
+                plan_log,
+                ctx,
+                run_token=run_token,
+                is_committed=lambda key: ask(self.table_uri, key).committed,
+                interval=self._interval(context),
+            )
         if plan is None:
             self.log.info("pipeline %s: the source holds nothing new; nothing to load", pipeline)
             return LoadResult(
                 pipeline, None, None, None, 0, 0, NO_NEW_DATA, normalise(self.table_uri)
             ).to_dict()
-        restate = _as_bool(self.restate)
         previous: int | None = None
         if restate:
             previous = ask(self.table_uri, plan.key).committed_generation

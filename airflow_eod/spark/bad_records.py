@@ -20,10 +20,18 @@ SOURCE_FILE_COLUMN = "source_file"
 RAW_RECORD_COLUMN = "raw_record"
 
 
-def split_malformed(df: DataFrame, label: str, *, quarantine: bool) -> tuple[DataFrame, DataFrame | None]:
-    """``(good rows, bad rows or None)``; raises when there are bad rows and no quarantine."""
+def split_malformed(
+    df: DataFrame, label: str, *, quarantine: bool
+) -> tuple[DataFrame, DataFrame | None, DataFrame | None]:
+    """``(good rows, bad rows or None, persisted rows or None)``; raises when there are bad
+    rows and no quarantine.
+
+    The caller must ``unpersist()`` the persisted rows once the batch is written: Spark's
+    cache matches a later read of the same files by its plan, so a cache left behind would
+    hand a restatement the rows the files held before they were corrected.
+    """
     if CORRUPT_COLUMN not in df.columns:
-        return df, None
+        return df, None, None
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -34,7 +42,7 @@ def split_malformed(df: DataFrame, label: str, *, quarantine: bool) -> tuple[Dat
     counts = {r["_eod_file"]: r["count"] for r in bad.groupBy("_eod_file").count().collect()}
     good = tagged.filter(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN, "_eod_file")
     if not counts:
-        return good, None
+        return good, None, tagged
     total = sum(counts.values())
     detail = ", ".join(f"{path.rsplit('/', 1)[-1]}: {n}" for path, n in sorted(counts.items()))
     if not quarantine:
@@ -48,4 +56,4 @@ def split_malformed(df: DataFrame, label: str, *, quarantine: bool) -> tuple[Dat
     bad_rows = bad.select(
         F.col("_eod_file").alias(SOURCE_FILE_COLUMN), F.col(CORRUPT_COLUMN).alias(RAW_RECORD_COLUMN)
     )
-    return good, bad_rows
+    return good, bad_rows, tagged

@@ -228,8 +228,9 @@ def run_load(
         try_number=spec.try_number,
         previous_generation=spec.previous_generation,
     )
+    persisted = None
     try:
-        df, bad = split_malformed(
+        df, bad, persisted = split_malformed(
             source.read(plan, ctx), batch.label, quarantine=spec.quarantine_table_uri is not None
         )
         if bad is not None:
@@ -246,6 +247,9 @@ def run_load(
         text = str(exc).strip()
         first = text.splitlines()[0] if text else type(exc).__name__
         raise BatchError(batch.label, f"the load failed and nothing was committed: {first}") from exc
+    finally:
+        if persisted is not None:
+            persisted.unpersist()
     fault_point("after_commit", try_number=spec.try_number)
     remove_uncommitted_attempts(spec.table_uri, status)
     outcome = COMMITTED if ours else ALREADY_COMMITTED
