@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from airflow_eod.core import table_check
 from airflow_eod.core.ask import BatchStatus, ask_table, open_table
+from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.cleanup import batch_dir
 from airflow_eod.core.errors import BatchError
@@ -172,20 +172,8 @@ def commit_with_new_schema(
         ),
         {"txn": {"appId": batch.app_id, "version": generation, "lastUpdated": now}},
     ]
-    log_dir = os.path.join(path, "_delta_log")
-    target = os.path.join(log_dir, f"{table.version() + 1:020d}.json")
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-eod-", dir=log_dir)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write("\n".join(json.dumps(a) for a in actions) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.link(tmp, target)
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        os.unlink(tmp)
+    target = os.path.join(path, "_delta_log", f"{table.version() + 1:020d}.json")
+    return put_if_absent(target, "\n".join(json.dumps(a) for a in actions) + "\n")
 
 
 def batch_files(table: DeltaTable, batch: BatchKey) -> list[RemoveAction]:

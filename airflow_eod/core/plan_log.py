@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey, fingerprint, validate_pipeline_id
 from airflow_eod.core.errors import PlanLogError
 from airflow_eod.core.table_uri import META_DIR, local_path
@@ -95,22 +95,9 @@ class PlanLog:
 
     def _put_if_absent(self, path: str, body: dict[str, Any]) -> bool:
         """Write ``body`` at ``path`` unless something is there; True if we wrote it."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         payload = dict(body, format=PLAN_FORMAT)
         payload["checksum"] = fingerprint(payload)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(payload, fh, sort_keys=True)
-                fh.flush()
-                os.fsync(fh.fileno())
-            # link() fails if the name exists: an atomic put-if-absent of complete content.
-            os.link(tmp, path)
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(tmp)
+        return put_if_absent(path, json.dumps(payload, sort_keys=True))
 
     def _read(self, path: str) -> dict[str, Any] | None:
         try:

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.plan_log import INTERVAL, OFFSETS, Plan, PlanLog
 
 log = logging.getLogger(__name__)
@@ -81,3 +82,14 @@ def plan_interval_batch(
         return existing
     boundary = {"start": start.isoformat(), "end": end.isoformat()}
     return plan_log.put_plan(Plan(plan_log.pipeline_id, key.key, INTERVAL, boundary, inputs()))
+
+
+def require_interval(interval: tuple[datetime, datetime] | None) -> tuple[datetime, datetime]:
+    """The run's data interval, or a clear error for a run that has none."""
+    if interval is None:
+        raise ConfigurationError(
+            "boundary='interval' needs the DAG run's data interval, and this run has none (a "
+            "manual run without a logical date); trigger it with a logical date, pass "
+            "interval_start and interval_end to the operator, or use boundary='offsets'"
+        )
+    return interval

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
 from airflow_eod.core.plan_log import Plan, PlanLog
-from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch
+from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.sources.base import ReadContext
 
 if TYPE_CHECKING:
@@ -131,19 +131,21 @@ class JdbcIncrementalSource:
         upper = f"{self._k} <= {_literal(boundary['high'], self.key_type)}"
         return upper if low is None else f"{self._k} > {_literal(low, self.key_type)} AND {upper}"
 
-    def _query(self, ctx: ReadContext, sql: str, label: str | None) -> list[Any]:
+    def _reader(self, ctx: ReadContext) -> Any:
+        """A Spark JDBC reader with the connection set; the credentials go nowhere else."""
         if ctx.credentials is None:
             raise ConfigurationError("the JDBC source needs credentials (an Airflow connection)")
+        return (
+            ctx.spark.read.format("jdbc")
+            .option("url", self.url)
+            .option("driver", self.driver)
+            .option("user", ctx.credentials.user)
+            .option("password", ctx.credentials.password)
+        )
+
+    def _query(self, ctx: ReadContext, sql: str, label: str | None) -> list[Any]:
         try:
-            df = (
-                ctx.spark.read.format("jdbc")
-                .option("url", self.url)
-                .option("driver", self.driver)
-                .option("user", ctx.credentials.user)
-                .option("password", ctx.credentials.password)
-                .option("query", sql)
-                .load()
-            )
+            df = self._reader(ctx).option("query", sql).load()
             if self.key_type == "timestamp" and "hi" in df.columns:
                 from pyspark.sql import functions as F
 
@@ -194,12 +196,7 @@ class JdbcIncrementalSource:
     ) -> Plan | None:
         """Freeze the batch this run loads (``None``: no new rows for an offset pipeline)."""
         if self.boundary == "interval":
-            if interval is None:
-                raise ConfigurationError(
-                    "boundary='interval' needs the DAG run's data interval, and this run has none "
-                    "(a manual run without a logical date); trigger it with a logical date or pass "
-                    "interval_start and interval_end to the operator"
-                )
+            interval = require_interval(interval)
             label = BatchKey.for_interval(plan_log.pipeline_id, *interval).label
             boundary = {"start": interval[0].isoformat(), "end": interval[1].isoformat()}
             return plan_interval_batch(
@@ -237,19 +234,9 @@ class JdbcIncrementalSource:
     # -- reading -----------------------------------------------------------------
     def read(self, plan: Plan, ctx: ReadContext) -> DataFrame:
         """A DataFrame of exactly the planned key range, read in parallel by key range."""
-        if ctx.credentials is None:
-            raise ConfigurationError("the JDBC source needs credentials (an Airflow connection)")
         cols = ", ".join(quote_identifier(c, "column") for c in self.columns) if self.columns else "*"
         subquery = f"(SELECT {cols} FROM {self._t} WHERE {self._range(plan.boundary)}) eod_batch"
-        reader = (
-            ctx.spark.read.format("jdbc")
-            .option("url", self.url)
-            .option("driver", self.driver)
-            .option("user", ctx.credentials.user)
-            .option("password", ctx.credentials.password)
-            .option("dbtable", subquery)
-            .option("fetchsize", str(self.fetch_size))
-        )
+        reader = self._reader(ctx).option("dbtable", subquery).option("fetchsize", str(self.fetch_size))
         b = plan.boundary
         if self.num_partitions > 1 and self.key_type == "integer" and "high" in b:
             low = (b["low"] if b.get("low") is not None else 0) + 1

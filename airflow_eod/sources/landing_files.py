@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
 from airflow_eod.core.plan_log import Plan, PlanLog
-from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch
+from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.sources.base import ReadContext
 from airflow_eod.spark.bad_records import CORRUPT_COLUMN
 
@@ -128,16 +128,9 @@ class LandingFilesSource:
     ) -> Plan | None:
         """Freeze the batch this run loads (``None``: nothing new for an offset pipeline)."""
         if self.boundary == "interval":
-            if interval is None:
-                raise ConfigurationError(
-                    "boundary='interval' needs the DAG run's data interval, and this run has "
-                    "none (a manual run without a logical date); trigger it with a logical "
-                    "date, or use boundary='offsets'"
-                )
-            label = BatchKey.for_interval(plan_log.pipeline_id, *interval).label
-            return plan_interval_batch(
-                plan_log, start=interval[0], end=interval[1], inputs=lambda: self.list_files(label)
-            )
+            start, end = require_interval(interval)
+            label = BatchKey.for_interval(plan_log.pipeline_id, start, end).label
+            return plan_interval_batch(plan_log, start=start, end=end, inputs=lambda: self.list_files(label))
         return plan_offset_batch(
             plan_log, run_token=run_token, is_committed=is_committed, next_offsets=self._next_offsets
         )
@@ -148,34 +141,30 @@ class LandingFilesSource:
         if plan.kind == "interval":
             inputs = self.list_files(plan.key.label)
         else:
-            inputs = []
-            for entry in plan.inputs:
-                try:
-                    st = os.stat(entry["path"])
-                except FileNotFoundError:
-                    raise InputChangedError(
-                        plan.key.label, f"landing file {entry['path']} is gone; it cannot be restated"
-                    ) from None
-                inputs.append({"path": entry["path"], "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+            inputs = [self._stat(entry, plan.key.label) for entry in plan.inputs]
         return replace(plan, inputs=inputs, generation=generation, planned_at="")
 
     def verify(self, plan: Plan, ctx: ReadContext | None = None) -> None:
         """Fail if any planned file changed since planning (invariant I3)."""
         for entry in plan.inputs:
-            try:
-                st = os.stat(entry["path"])
-            except FileNotFoundError:
-                raise InputChangedError(
-                    plan.key.label, f"landing file {entry['path']} was planned but is gone"
-                ) from None
-            if st.st_size != entry["size"] or st.st_mtime_ns != entry["mtime_ns"]:
+            now = self._stat(entry, plan.key.label)
+            if now != entry:
                 raise InputChangedError(
                     plan.key.label,
                     f"landing file {entry['path']} changed after it was planned "
-                    f"(size {entry['size']} -> {st.st_size}, mtime_ns {entry['mtime_ns']} -> "
-                    f"{st.st_mtime_ns}); nothing was committed. Restore the file, or restate "
+                    f"(size {entry['size']} -> {now['size']}, mtime_ns {entry['mtime_ns']} -> "
+                    f"{now['mtime_ns']}); nothing was committed. Restore the file, or restate "
                     "the batch on purpose",
                 )
+
+    @staticmethod
+    def _stat(entry: dict[str, Any], label: str) -> dict[str, Any]:
+        """The file's entry as it is now; a planned file that is gone fails the batch."""
+        try:
+            st = os.stat(entry["path"])
+        except FileNotFoundError:
+            raise InputChangedError(label, f"landing file {entry['path']} was planned but is gone") from None
+        return {"path": entry["path"], "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
     # -- reading (Spark) ---------------------------------------------------------
     def read(self, plan: Plan, ctx: ReadContext) -> DataFrame:
