@@ -244,3 +244,33 @@ def test_a_batch_older_than_the_retention_window_is_refused_unless_restated(
     assert result.outcome == "committed"
     cmp = check(table, landing)
     assert cmp.exact, cmp.describe()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("point", ["after_stage", "before_commit", "after_commit"])
+def test_a_crash_between_the_quarantine_and_the_main_commit_loads_each_once(
+    spark: Any, landing: str, table: str, tmp_path: Any, point: str
+) -> None:
+    from airflow_eod.core.faults import InjectedFault
+
+    write_order_files(landing, 1, 12)
+    _append(os.path.join(landing, "z-bad.csv"), CSV_HEADER + "x1,a,1,2026-11-01,2026-11-01T00:00:00Z\n")
+    quarantine = str(tmp_path / "quarantine")
+    source = orders_source(landing)
+    plan = plan_for(source, table)
+    os.environ["EOD_FAULTPOINTS"] = f"{point}=raise@1"
+    try:
+        with pytest.raises(InjectedFault):
+            run_load(spark, spec_for(source, table, plan, quarantine_table_uri=quarantine))
+        retry = run_load(spark, spec_for(source, table, plan, try_number=2, quarantine_table_uri=quarantine))
+    finally:
+        os.environ.pop("EOD_FAULTPOINTS")
+    assert retry.rows == 12
+    assert (
+        DeltaTable(quarantine).version() == 0
+        and pa.table(DeltaTable(quarantine).to_pyarrow_table()).num_rows == 1
+    )
+    assert len(DeltaTable(table).history()) == 1
+    os.unlink(os.path.join(landing, "z-bad.csv"))
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 12, cmp.describe()

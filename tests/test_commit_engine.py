@@ -204,3 +204,36 @@ def test_an_attempt_that_asked_before_a_racer_committed_is_fenced(table: str) ->
     dt = DeltaTable(table)
     assert dt.version() == 1
     assert sorted(pa.table(dt.to_pyarrow_table())["id"].to_pylist()) == [*range(10), 1000]
+
+
+def _evolving_commit(table: str, queue: Any, pause: float) -> None:
+    if pause:
+        os.environ["EOD_FAULTPOINTS"] = f"before_commit=sleep:{pause}"
+    batch = BatchKey("tests.engine", "widened")
+    data = rows(3, 50).append_column("extra", pa.array([1.0, 2.0, 3.0]))
+    staged, manifest = stage(table, batch, data, attempt=f"p{pause}")
+    ours, status = commit_batch(table, batch, 0, staged, manifest, schema_policy="add_columns")
+    queue.put((ours, status.committed))
+
+
+@pytest.mark.faults
+def test_racing_schema_widening_commits_land_once(table: str) -> None:
+    """The schema-widening commit is written by airflow-eod itself; a racer that took the
+    version first makes it go back to the ask instead of overwriting."""
+    commit_batch(table, BATCH, 0, *stage(table, BATCH, rows(2)))
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_evolving_commit, args=(table, queue, p)) for p in (3.0, 0.0)]
+    procs[0].start()
+    import time
+
+    time.sleep(2.0)  # the first has asked and is paused before its commit
+    procs[1].start()
+    results = sorted(queue.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(60)
+    assert results == [(False, True), (True, True)]
+    dt = DeltaTable(table)
+    assert dt.version() == 1
+    assert sorted(pa.table(dt.to_pyarrow_table())["id"].to_pylist()) == [0, 1, 50, 51, 52]
+    assert [f["name"] for f in json.loads(dt.schema().to_json())["fields"]] == ["id", "v", "extra"]

@@ -190,3 +190,73 @@ def test_jdbc_timestamp_intervals_backfilled_backwards(spark: Any, postgres: Any
     assert cmp.exact and cmp.table_rows == 95, cmp.describe()
     got = sorted(pa.table(DeltaTable(table).to_pyarrow_table())["id"].to_pylist())
     assert got == list(range(1, 96))
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("point", ["before_write", "after_stage", "before_commit", "after_commit"])
+def test_a_restatement_that_crashes_at_a_boundary_swaps_once(
+    spark: Any, tmp_path: Any, table: str, point: str
+) -> None:
+    from airflow_eod.core.faults import InjectedFault
+
+    landing = str(tmp_path / "day")
+    write_order_files(landing, 2, 10)
+    source = orders_source(landing, boundary="interval")
+    plan = _interval_plan(source, table, 0, "tests.restate_crash")
+    run_load(spark, spec_for(source, table, plan))
+    for name in os.listdir(landing):
+        os.unlink(os.path.join(landing, name))
+    write_order_files(landing, 1, 7, first_id=800)
+    log = PlanLog(table, "tests.restate_crash")
+
+    def restated() -> Plan:
+        return plan_restatement(
+            log,
+            plan,
+            run_token="fix-run",
+            committed_generation=ask(table, plan.key).committed_generation,
+            replan=source.replan,
+        )
+
+    os.environ["EOD_FAULTPOINTS"] = f"{point}=raise@1"
+    try:
+        with pytest.raises(InjectedFault):
+            run_load(spark, spec_for(source, table, restated(), restate=True, previous_generation=0))
+        retry = run_load(spark, spec_for(source, table, restated(), try_number=2, restate=True))
+    finally:
+        os.environ.pop("EOD_FAULTPOINTS")
+    assert retry.generation == 1
+    assert retry.outcome == ("already_committed" if point == "after_commit" else "committed")
+    assert ask(table, plan.key).committed_generation == 1 and len(DeltaTable(table).history()) == 2
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 7, cmp.describe()
+
+
+@pytest.mark.faults
+def test_two_attempts_racing_to_restate_commit_one_generation(tmp_path: Any, table: str, spark: Any) -> None:
+    landing = str(tmp_path / "day")
+    write_order_files(landing, 2, 10)
+    source = orders_source(landing, boundary="interval")
+    plan = _interval_plan(source, table, 0, "tests.restate_race")
+    run_load(spark, spec_for(source, table, plan))
+    for name in os.listdir(landing):
+        os.unlink(os.path.join(landing, name))
+    write_order_files(landing, 1, 9, first_id=900)
+    target = plan_restatement(
+        PlanLog(table, "tests.restate_race"),
+        plan,
+        run_token="fix",
+        committed_generation=0,
+        replan=source.replan,
+    )
+    procs = [
+        run_child(spec_for(source, table, target, restate=True, try_number=n), str(tmp_path), faults, f"r{n}")
+        for n, faults in ((1, "before_commit=sleep:3"), (2, ""))
+    ]
+    outs = [p.communicate(timeout=300)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-1500:] for o in outs)
+    results = [json.load(open(tmp_path / f"r{n}-result.json")) for n in (1, 2)]
+    assert sorted(r["outcome"] for r in results) == ["already_committed", "committed"]
+    assert {r["generation"] for r in results} == {1} and len(DeltaTable(table).history()) == 2
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 9, cmp.describe()
