@@ -12,6 +12,7 @@ import pytest
 from airflow_eod.core.batch import BatchKey, validate_pipeline_id
 from airflow_eod.core.errors import ConfigurationError, InputChangedError, PlanLogError
 from airflow_eod.core.plan_log import OFFSETS, Plan, PlanLog
+from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from airflow_eod.sources.landing_files import LandingFilesSource
 
 UTC = UTC
@@ -155,3 +156,18 @@ def test_interval_boundary_needs_an_interval(tmp_path: object) -> None:
 def test_object_store_uris_are_refused_clearly() -> None:
     with pytest.raises(ConfigurationError, match="put-if-absent"):
         PlanLog("s3://bucket/table", "p")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("table", "orders; DROP TABLE orders"), ("key_column", 'id" OR 1=1 --'), ("table", "a.b.c")],
+)
+def test_identifiers_are_validated(field: str, value: str) -> None:
+    kw = {"url": "jdbc:postgresql://127.0.0.1:5432/shop", "table": "orders", "key_column": "id", field: value}
+    with pytest.raises(ConfigurationError, match="not a plain SQL identifier"):
+        JdbcIncrementalSource(**kw)  # type: ignore[arg-type]
+
+
+def test_credentials_in_the_url_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="must not carry user or password"):
+        JdbcIncrementalSource(url="jdbc:postgresql://h/db?user=a&password=b", table="t", key_column="id")
