@@ -86,6 +86,9 @@ def test_batches_committed_out_of_order_are_all_kept(table: str) -> None:
 
 def _race(args: tuple[str, int]) -> bool:
     table, i = args
+    # Every racer asks first, then pauses before its commit, so all of them commit (or
+    # create the table) from the same empty or stale view at about the same moment.
+    os.environ["EOD_FAULTPOINTS"] = "before_commit=sleep:1"
     staged, manifest = stage(table, BATCH, rows(10), attempt=f"racer{i}")
     return commit_batch(table, BATCH, 0, staged, manifest)[0]
 
@@ -109,6 +112,7 @@ def test_racing_processes_creating_the_table_commit_once(table: str) -> None:
         results = pool.map(_race, [(table, i) for i in range(4)])
     assert sorted(results) == [False, False, False, True]
     assert sorted(pa.table(DeltaTable(table).to_pyarrow_table())["id"].to_pylist()) == list(range(10))
+    assert DeltaTable(table).version() == 0, "the losers wrote no commit"
 
 
 def test_schema_drift_is_refused_and_the_table_is_unchanged(table: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,8 +35,8 @@ from airflow_eod.core.table_uri import local_path
 
 log = logging.getLogger(__name__)
 
-# Rounds of "ask, commit, lose a race to an unrelated writer" before giving up.
-MAX_COMMIT_ROUNDS = 20
+# Rounds of "ask, commit, lose a race" before giving up; each lost round backs off a little.
+MAX_COMMIT_ROUNDS = 50
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,11 @@ class StagedBatch:
     @property
     def rows(self) -> int:
         return sum(f.num_records for f in self.files)
+
+
+def _back_off(round_no: int) -> None:
+    """Sleep a little, more with every lost round, so racing writers stop colliding."""
+    time.sleep(random.uniform(0, 0.02 * min(round_no, 25)))
 
 
 def _table_schema(schema_json: str) -> Schema:
@@ -241,6 +247,10 @@ def commit_batch(
         props = CommitProperties(
             custom_metadata={"userMetadata": manifest.to_user_metadata()},
             app_transactions=[Transaction(batch.app_id, generation, int(time.time() * 1000))],
+            # No retries inside delta-rs: a commit that loses a race comes back here and asks
+            # again. delta-rs's own retry re-commits a table creation that lost as the next
+            # version, marker included, without any check: the batch would land twice.
+            max_commit_retries=0,
         )
         try:
             if table is None:
@@ -273,6 +283,7 @@ def commit_batch(
                         )
                     if not commit_with_new_schema(path, table, widened, adds, manifest, batch, generation):
                         log.info("batch %s: the table moved on before our commit; asking again", batch)
+                        _back_off(round_no)
                         continue
                 else:
                     table.create_write_transaction(
@@ -284,6 +295,7 @@ def commit_batch(
                     )
         except CommitFailedError as exc:
             log.info("batch %s: commit lost a race (%s); asking the table again", batch, exc)
+            _back_off(round_no)
             continue
         except DeltaError as exc:
             if table is None and open_table(path) is not None:
