@@ -247,7 +247,7 @@ def test_a_batch_older_than_the_retention_window_is_refused_unless_restated(
 
 
 @pytest.mark.faults
-@pytest.mark.parametrize("point", ["after_stage", "before_commit", "after_commit"])
+@pytest.mark.parametrize("point", ["before_write", "after_stage", "before_commit", "after_commit"])
 def test_a_crash_between_the_quarantine_and_the_main_commit_loads_each_once(
     spark: Any, landing: str, table: str, tmp_path: Any, point: str
 ) -> None:
@@ -274,3 +274,34 @@ def test_a_crash_between_the_quarantine_and_the_main_commit_loads_each_once(
     os.unlink(os.path.join(landing, "z-bad.csv"))
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 12, cmp.describe()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("point", ["before_write", "after_stage", "before_commit", "after_commit"])
+def test_a_schema_widening_load_that_crashes_at_a_boundary_lands_once(
+    spark: Any, tmp_path: Any, table: str, point: str
+) -> None:
+    from airflow_eod.checker import compare_rows, read_delta_rows
+    from airflow_eod.core.faults import InjectedFault
+
+    landing = str(tmp_path / "pq")
+    _parquet(f"{landing}/a.parquet", pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]}))
+    source = LandingFilesSource(path=landing, file_format="parquet")
+    run_load(spark, spec_for(source, table, plan_for(source, table, run="r0")))
+    _parquet(
+        f"{landing}/b.parquet",
+        pa.table({"id": pa.array([3, 4], pa.int64()), "v": ["c", "d"], "extra": [1.5, None]}),
+    )
+    plan = plan_for(source, table, run="r1")
+    os.environ["EOD_FAULTPOINTS"] = f"{point}=raise@1"
+    try:
+        with pytest.raises(InjectedFault):
+            run_load(spark, spec_for(source, table, plan, schema_drift="add_columns"))
+        retry = run_load(spark, spec_for(source, table, plan, try_number=2, schema_drift="add_columns"))
+    finally:
+        os.environ.pop("EOD_FAULTPOINTS")
+    assert retry.outcome == ("already_committed" if point == "after_commit" else "committed")
+    assert len(DeltaTable(table).history()) == 2, "one load, one widening commit"
+    source_rows = [(1, "a", None), (2, "b", None), (3, "c", 1.5), (4, "d", None)]
+    cmp = compare_rows(source_rows, read_delta_rows(table, ["id", "v", "extra"]))
+    assert cmp.exact, cmp.describe()

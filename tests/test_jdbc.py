@@ -71,11 +71,8 @@ def test_incremental_batches_follow_the_key_frontier(spark: Any, postgres: Any, 
 def test_rows_inserted_between_planning_and_reading_wait_for_the_next_batch(
     spark: Any, postgres: Any, table: str
 ) -> None:
-    _setup(postgres, "orders_late", 40)
-    src = _source(postgres, "orders_late")
-    ctx = _ctx(spark, postgres)
-    plan = _plan(src, ctx, table, "r0")
-    assert plan is not None and plan.boundary["high"] == 40
+    src, ctx, plan = _first_batch(spark, postgres, "orders_late", 40, table)
+    assert plan.boundary["high"] == 40
     insert_orders(postgres, "orders_late", range(41, 61))  # arrive after planning
     result = run_load(spark, _spec(src, table, plan), credentials=ctx.credentials)
     assert result.rows == 40
@@ -88,47 +85,90 @@ def test_rows_inserted_between_planning_and_reading_wait_for_the_next_batch(
     assert cmp.exact and cmp.table_rows == 60, cmp.describe()
 
 
-def test_a_crash_after_the_commit_then_a_retry_writes_nothing(
-    spark: Any, postgres: Any, table: str, tmp_path: Any
-) -> None:
-    _setup(postgres, "orders_crash", 30)
-    src = _source(postgres, "orders_crash")
-    ctx = _ctx(spark, postgres)
+def _first_batch(
+    spark: Any, pg: Any, name: str, n: int, table: str, **kw: Any
+) -> tuple[JdbcIncrementalSource, ReadContext, Plan]:
+    """A fresh source table of ``n`` rows and the plan of its first batch."""
+    _setup(pg, name, n)
+    src = _source(pg, name, **kw)
+    ctx = _ctx(spark, pg)
     plan = _plan(src, ctx, table, "r0")
     assert plan is not None
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(_spec(src, table, plan).to_json())
+    return src, ctx, plan
+
+
+def _child(spec: LoadSpec, pg: Any, tmp: Any, faults: str, name: str) -> subprocess.Popen[bytes]:
+    """The spark-submit entrypoint in a real child process, credentials in its environment."""
+    spec_path = tmp / f"{name}-spec.json"
+    spec_path.write_text(spec.to_json())
     env = dict(
         os.environ,
-        EOD_FAULTPOINTS="after_commit=kill",
+        EOD_FAULTPOINTS=faults,
         PYSPARK_SUBMIT_ARGS="--jars /usr/share/java/postgresql.jar pyspark-shell",
-        **{CREDENTIALS_USER_ENV: postgres.user, CREDENTIALS_PASSWORD_ENV: postgres.password},
+        **{CREDENTIALS_USER_ENV: pg.user, CREDENTIALS_PASSWORD_ENV: pg.password},
     )
-    child = subprocess.run(
-        [sys.executable, "-m", "airflow_eod.spark.load_job", "--spec", str(spec_path)],
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "airflow_eod.spark.load_job",
+            "--spec",
+            str(spec_path),
+            "--result",
+            str(tmp / f"{name}-result.json"),
+        ],
         env=env,
-        capture_output=True,
-        timeout=300,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
-    assert child.returncode == -signal.SIGKILL, child.stdout.decode()[-2000:] + child.stderr.decode()[-2000:]
-    assert ask(table, plan.key).committed
-    version = DeltaTable(table).version()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("point", ["before_write", "after_stage", "before_commit", "after_commit"])
+def test_sigkill_at_a_boundary_then_a_retry_loads_every_row_once(
+    spark: Any, postgres: Any, table: str, tmp_path: Any, point: str
+) -> None:
+    name = f"orders_kill_{point}"
+    src, ctx, plan = _first_batch(spark, postgres, name, 30, table)
+    child = _child(_spec(src, table, plan), postgres, tmp_path, f"{point}=kill", "child")
+    out = child.communicate(timeout=300)[0].decode()
+    assert child.returncode == -signal.SIGKILL, out[-2000:]
+    committed = ask(table, plan.key).committed
+    assert committed == (point == "after_commit")
+    version = DeltaTable(table).version() if committed else None
     retry_plan = _plan(src, ctx, table, "r0")
     assert retry_plan == plan
     result = run_load(spark, _spec(src, table, retry_plan, try_number=2), credentials=ctx.credentials)
-    assert result.outcome == "already_committed" and DeltaTable(table).version() == version
-    cmp = check_against_postgres(postgres, "orders_crash", table)
+    assert result.outcome == ("already_committed" if committed else "committed")
+    if committed:
+        assert DeltaTable(table).version() == version, "the retry wrote nothing"
+    cmp = check_against_postgres(postgres, name, table)
     assert cmp.exact and cmp.table_rows == 30, cmp.describe()
+
+
+@pytest.mark.faults
+def test_two_processes_loading_the_same_key_range_commit_once(
+    spark: Any, postgres: Any, table: str, tmp_path: Any
+) -> None:
+    src, _, plan = _first_batch(spark, postgres, "orders_race", 40, table)
+    # The first pauses between its ask and its commit: both have asked "no" before either commits.
+    procs = [
+        _child(_spec(src, table, plan), postgres, tmp_path, "before_commit=sleep:3", "a"),
+        _child(_spec(src, table, plan, try_number=2), postgres, tmp_path, "", "b"),
+    ]
+    outs = [p.communicate(timeout=300)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-1500:] for o in outs)
+    results = [json.loads((tmp_path / f"{n}-result.json").read_text()) for n in "ab"]
+    assert sorted(r["outcome"] for r in results) == ["already_committed", "committed"]
+    assert len(DeltaTable(table).history()) == 1
+    cmp = check_against_postgres(postgres, "orders_race", table)
+    assert cmp.exact and cmp.table_rows == 40, cmp.describe()
 
 
 def test_a_row_changed_inside_the_planned_range_fails_the_batch(
     spark: Any, postgres: Any, table: str
 ) -> None:
-    _setup(postgres, "orders_del", 20)
-    src = _source(postgres, "orders_del")
-    ctx = _ctx(spark, postgres)
-    plan = _plan(src, ctx, table, "r0")
-    assert plan is not None
+    src, ctx, plan = _first_batch(spark, postgres, "orders_del", 20, table)
     postgres.execute("DELETE FROM orders_del WHERE id = 7")
     with pytest.raises(InputChangedError, match=r"held 20 rows when planned and holds 19 now") as err:
         run_load(spark, _spec(src, table, plan), credentials=ctx.credentials)

@@ -49,22 +49,33 @@ def _commit_actions(table: str, version: int) -> dict[str, list[Any]]:
     return out
 
 
+def _loaded_then_corrected(
+    spark: Any, tmp_path: Any, table: str, pipeline: str, corrected: tuple[int, int], first_id: int, **kw: Any
+) -> tuple[Any, Plan, str]:
+    """One interval loaded as generation 0, then its files replaced by ``corrected``
+    (files, rows per file) starting at ``first_id``; returns (source, plan, landing)."""
+    landing = str(tmp_path / "day")
+    write_order_files(landing, 2, 10)
+    source = orders_source(landing, boundary="interval")
+    plan = _interval_plan(source, table, 0, pipeline)
+    first = run_load(spark, spec_for(source, table, plan, **kw))
+    assert first.outcome == "committed" and first.generation == 0
+    for name in os.listdir(landing):
+        os.unlink(os.path.join(landing, name))
+    write_order_files(landing, *corrected, first_id=first_id)
+    return source, plan, landing
+
+
 def test_restatement_swaps_the_generation_in_one_commit(
     spark: Any, tmp_path: Any, table: str, capsys: Any
 ) -> None:
-    landing = str(tmp_path / "day")
-    write_order_files(landing, 2, 30)
-    source = orders_source(landing, boundary="interval")
-    plan = _interval_plan(source, table, 0, "tests.restate")
-    first = run_load(spark, spec_for(source, table, plan, partition_by=["order_date"]))
-    assert first.outcome == "committed" and first.generation == 0
+    source, plan, landing = _loaded_then_corrected(
+        spark, tmp_path, table, "tests.restate", (3, 20), 5000, partition_by=["order_date"]
+    )
+    first = ask(table, plan.key)
+    assert first.manifest is not None
     # Without restatement, another attempt of the batch writes nothing.
     assert run_load(spark, spec_for(source, table, plan, try_number=2)).outcome == "already_committed"
-
-    # The source is corrected: the day's files are replaced with different rows.
-    for name in os.listdir(landing):
-        os.unlink(os.path.join(landing, name))
-    write_order_files(landing, 3, 20, first_id=5000)
     log = PlanLog(table, "tests.restate")
     status = ask(table, plan.key)
     restated_plan = plan_restatement(
@@ -84,12 +95,12 @@ def test_restatement_swaps_the_generation_in_one_commit(
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 60, cmp.describe()
     swap = _commit_actions(table, result.table_version or 0)
-    assert len(swap["remove"]) == first.files and len(swap["add"]) == result.files
+    assert len(swap["remove"]) == first.manifest.files and len(swap["add"]) == result.files
     assert swap["txn"] == [
         {"appId": plan.key.app_id, "version": 1, "lastUpdated": swap["txn"][0]["lastUpdated"]}
     ]
     assert json.loads(swap["commitInfo"][0]["userMetadata"])["airflow_eod"]["previous_generation"] == 0
-    assert DeltaTable(table).version() == first.table_version + 1, "one commit for the swap"
+    assert DeltaTable(table).version() == (first.table_version or 0) + 1, "one commit for the swap"
 
     # The ask, the retry of the restating run, and the console script all see generation 1.
     again = plan_restatement(log, plan, run_token="restate-run", committed_generation=1, replan=source.replan)
@@ -199,14 +210,7 @@ def test_a_restatement_that_crashes_at_a_boundary_swaps_once(
 ) -> None:
     from airflow_eod.core.faults import InjectedFault
 
-    landing = str(tmp_path / "day")
-    write_order_files(landing, 2, 10)
-    source = orders_source(landing, boundary="interval")
-    plan = _interval_plan(source, table, 0, "tests.restate_crash")
-    run_load(spark, spec_for(source, table, plan))
-    for name in os.listdir(landing):
-        os.unlink(os.path.join(landing, name))
-    write_order_files(landing, 1, 7, first_id=800)
+    source, plan, landing = _loaded_then_corrected(spark, tmp_path, table, "tests.restate_crash", (1, 7), 800)
     log = PlanLog(table, "tests.restate_crash")
 
     def restated() -> Plan:
@@ -234,14 +238,7 @@ def test_a_restatement_that_crashes_at_a_boundary_swaps_once(
 
 @pytest.mark.faults
 def test_two_attempts_racing_to_restate_commit_one_generation(tmp_path: Any, table: str, spark: Any) -> None:
-    landing = str(tmp_path / "day")
-    write_order_files(landing, 2, 10)
-    source = orders_source(landing, boundary="interval")
-    plan = _interval_plan(source, table, 0, "tests.restate_race")
-    run_load(spark, spec_for(source, table, plan))
-    for name in os.listdir(landing):
-        os.unlink(os.path.join(landing, name))
-    write_order_files(landing, 1, 9, first_id=900)
+    source, plan, landing = _loaded_then_corrected(spark, tmp_path, table, "tests.restate_race", (1, 9), 900)
     target = plan_restatement(
         PlanLog(table, "tests.restate_race"),
         plan,

@@ -16,7 +16,7 @@ from deltalake.exceptions import TableNotFoundError
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import UnsupportedTableError
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.table_uri import DATA_DIR, META_DIR, local_path
+from airflow_eod.core.table_layout import DATA_DIR, META_DIR, local_path
 
 # What airflow-eod itself may have put in a table directory before the first commit.
 _OWN_ENTRIES = {META_DIR, DATA_DIR}

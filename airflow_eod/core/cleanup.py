@@ -13,20 +13,9 @@ import os
 import shutil
 
 from airflow_eod.core.ask import BatchStatus
-from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.table_uri import DATA_DIR, local_path
+from airflow_eod.core.table_layout import attempt_dir, batch_dir, local_path
 
 log = logging.getLogger(__name__)
-
-
-def batch_dir(batch: BatchKey) -> str:
-    """The directory, relative to the table root, that holds every attempt of ``batch``."""
-    return f"{DATA_DIR}/{batch.pipeline_id}/{batch.key}"
-
-
-def attempt_dir(batch: BatchKey, generation: int, attempt_id: str) -> str:
-    """The directory, relative to the table root, unique to one attempt of ``batch``."""
-    return f"{batch_dir(batch)}/g{generation}-{attempt_id}"
 
 
 def remove_uncommitted_attempts(table_uri: str, status: BatchStatus) -> list[str]:

@@ -26,12 +26,11 @@ from airflow_eod.core import table_check
 from airflow_eod.core.ask import BatchStatus, ask_table, open_table
 from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.cleanup import batch_dir
 from airflow_eod.core.errors import BatchError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
-from airflow_eod.core.table_uri import local_path
+from airflow_eod.core.table_layout import batch_dir, local_path
 
 log = logging.getLogger(__name__)
 

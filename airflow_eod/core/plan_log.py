@@ -27,7 +27,7 @@ from typing import Any
 from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey, fingerprint, validate_pipeline_id
 from airflow_eod.core.errors import PlanLogError
-from airflow_eod.core.table_uri import META_DIR, local_path
+from airflow_eod.core.table_layout import META_DIR, local_path
 
 PLAN_FORMAT = 1
 INTERVAL = "interval"

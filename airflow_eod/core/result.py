@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow_eod.core.ask import BatchStatus, ask
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.table_uri import normalise
+from airflow_eod.core.table_layout import normalise
 
 log = logging.getLogger(__name__)
 

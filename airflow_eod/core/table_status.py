@@ -9,7 +9,7 @@ from airflow_eod.core.ask import open_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
-from airflow_eod.core.table_uri import META_DIR, local_path
+from airflow_eod.core.table_layout import META_DIR, local_path
 
 
 @dataclass

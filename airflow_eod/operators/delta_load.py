@@ -19,8 +19,8 @@ from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.core.restatement import plan_restatement
-from airflow_eod.core.result import NO_NEW_DATA, LoadResult, decide_after_failure
-from airflow_eod.core.table_uri import normalise
+from airflow_eod.core.result import NO_NEW_DATA, LoadResult
+from airflow_eod.core.table_layout import normalise
 from airflow_eod.operators.run_context import (
     data_interval_for,
     pipeline_id_for,
@@ -202,14 +202,8 @@ class DeltaLoadOperator(BaseOperator):
             quarantine_table_uri=self.quarantine_table_uri,
         )
         transform = self.transform if callable(self.transform) else None
-        try:
-            result = run_load(ctx.spark, spec, transform, ctx.credentials)
-        except Exception as exc:
-            # The decide step: the table, not the exception, says whether the batch landed.
-            decided = decide_after_failure(self.table_uri, plan.key, plan.generation, exc)
-            if decided is None:
-                raise
-            result = decided
+        # run_load decides from the table however the attempt ends, so this is the result.
+        result = run_load(ctx.spark, spec, transform, ctx.credentials)
         self.log.info(
             "batch %s: %s (generation %s, table version %s, %d rows, %d files)",
             plan.key,

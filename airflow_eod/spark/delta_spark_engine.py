@@ -17,7 +17,7 @@ from airflow_eod.core.errors import BatchError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
-from airflow_eod.core.table_uri import local_path
+from airflow_eod.core.table_layout import local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

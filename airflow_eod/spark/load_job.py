@@ -209,11 +209,6 @@ def run_load(
         )
         remove_uncommitted_attempts(spec.table_uri, status)
         return result_from_status(spec.table_uri, status, ALREADY_COMMITTED)
-    if not spec.restate:
-        check_retention(table, plan)
-    fault_point("before_write", try_number=spec.try_number)
-    source.verify(plan, ctx)
-    fn = transform or (resolve_transform(spec.transform) if spec.transform else None)
     manifest = Manifest(
         pipeline_id=batch.pipeline_id,
         batch_key=batch.key,
@@ -229,7 +224,13 @@ def run_load(
         previous_generation=spec.previous_generation,
     )
     persisted = None
+    # The decide step covers the whole attempt: however it fails, the table decides.
     try:
+        if not spec.restate:
+            check_retention(table, plan)
+        fault_point("before_write", try_number=spec.try_number)
+        source.verify(plan, ctx)
+        fn = transform or (resolve_transform(spec.transform) if spec.transform else None)
         df, bad, persisted = split_malformed(
             source.read(plan, ctx), batch.label, quarantine=spec.quarantine_table_uri is not None
         )

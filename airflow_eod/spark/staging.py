@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.cleanup import attempt_dir
 from airflow_eod.core.commit import StagedBatch, StagedFile
 from airflow_eod.core.errors import BatchError
 from airflow_eod.core.parquet_stats import file_stats
-from airflow_eod.core.table_uri import local_path
+from airflow_eod.core.table_layout import attempt_dir, local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

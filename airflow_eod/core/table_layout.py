@@ -1,10 +1,12 @@
-"""Normalising table URIs and mapping them to local paths for the files beside the table."""
+"""Where things live in and beside a table: URIs, local paths, and the directories
+airflow-eod writes (the plan log, and one data directory per batch attempt)."""
 
 from __future__ import annotations
 
 import os
 from urllib.parse import unquote, urlparse
 
+from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import ConfigurationError
 
 # Directory inside the table root that holds the plan log. The leading underscore keeps
@@ -38,3 +40,13 @@ def local_path(table_uri: str) -> str:
 def normalise(table_uri: str) -> str:
     """The canonical form of a table URI used in results and logs (an absolute path)."""
     return local_path(table_uri)
+
+
+def batch_dir(batch: BatchKey) -> str:
+    """The directory, relative to the table root, that holds every attempt of ``batch``."""
+    return f"{DATA_DIR}/{batch.pipeline_id}/{batch.key}"
+
+
+def attempt_dir(batch: BatchKey, generation: int, attempt_id: str) -> str:
+    """The directory, relative to the table root, unique to one attempt of ``batch``."""
+    return f"{batch_dir(batch)}/g{generation}-{attempt_id}"
