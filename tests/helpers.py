@@ -46,12 +46,15 @@ def check(table: str, landing: str) -> Comparison:
     return compare_table_with_landing(table, landing, "csv", ORDERS_COLUMNS, ORDERS_ARROW_SCHEMA)
 
 
-def run_child(spec: LoadSpec, tmp: str, faults: str = "", name: str = "child") -> subprocess.Popen[bytes]:
-    """Start the spark-submit entrypoint as a real child process (its own JVM)."""
+def run_child(
+    spec: LoadSpec, tmp: str, faults: str = "", name: str = "child", env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the spark-submit entrypoint as a real child process (its own JVM); its result
+    JSON goes to ``<tmp>/<name>-result.json``."""
     spec_path = os.path.join(tmp, f"{name}-spec.json")
     with open(spec_path, "w") as fh:
         fh.write(spec.to_json())
-    env = dict(os.environ, EOD_FAULTPOINTS=faults)
+    child_env = dict(os.environ, **(env or {}), EOD_FAULTPOINTS=faults)
     return subprocess.Popen(
         [
             sys.executable,
@@ -62,7 +65,7 @@ def run_child(spec: LoadSpec, tmp: str, faults: str = "", name: str = "child") -
             "--result",
             os.path.join(tmp, f"{name}-result.json"),
         ],
-        env=env,
+        env=child_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -18,6 +17,7 @@ from airflow_eod.core.errors import InputChangedError
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.load_job import CREDENTIALS_PASSWORD_ENV, CREDENTIALS_USER_ENV, LoadSpec, run_load
+from tests.helpers import run_child
 from tests.jdbc_helpers import check_against_postgres, create_orders, insert_orders
 
 pytestmark = [pytest.mark.jdbc, pytest.mark.spark]
@@ -98,29 +98,13 @@ def _first_batch(
 
 
 def _child(spec: LoadSpec, pg: Any, tmp: Any, faults: str, name: str) -> subprocess.Popen[bytes]:
-    """The spark-submit entrypoint in a real child process, credentials in its environment."""
-    spec_path = tmp / f"{name}-spec.json"
-    spec_path.write_text(spec.to_json())
-    env = dict(
-        os.environ,
-        EOD_FAULTPOINTS=faults,
-        PYSPARK_SUBMIT_ARGS="--jars /usr/share/java/postgresql.jar pyspark-shell",
-        **{CREDENTIALS_USER_ENV: pg.user, CREDENTIALS_PASSWORD_ENV: pg.password},
-    )
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "airflow_eod.spark.load_job",
-            "--spec",
-            str(spec_path),
-            "--result",
-            str(tmp / f"{name}-result.json"),
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    """The spark-submit entrypoint in a child process, the credentials in its environment."""
+    env = {
+        "PYSPARK_SUBMIT_ARGS": "--jars /usr/share/java/postgresql.jar pyspark-shell",
+        CREDENTIALS_USER_ENV: pg.user,
+        CREDENTIALS_PASSWORD_ENV: pg.password,
+    }
+    return run_child(spec, str(tmp), faults, name, env)
 
 
 @pytest.mark.faults
