@@ -2,7 +2,8 @@
 
 ``airflow-eod status TABLE`` lists, per pipeline, the committed batches with their
 generation, table version and rows. ``airflow-eod check TABLE --pipeline P --batch K``
-exits 0 when the batch is committed and 1 when it is not.
+exits 0 when the batch is committed and 1 when it is not. Both exit 2, with the reason on
+stderr, when TABLE holds no Delta table: a mistyped path is not an answer about a table.
 """
 
 from __future__ import annotations
@@ -11,13 +12,32 @@ import argparse
 import json
 import sys
 
-from airflow_eod.core.ask import ask
+from airflow_eod.core.ask import ask_table, open_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import EodError
 from airflow_eod.core.table_status import table_status
 
+NO_TABLE = 2
+
+
+def _no_table(table: str) -> int:
+    """Say on stderr that ``table`` holds no Delta table; the exit code for that."""
+    print(
+        f"airflow-eod: there is no Delta table at {table} (no _delta_log with a commit); "
+        "check the path, or load the first batch to create the table",
+        file=sys.stderr,
+    )
+    return NO_TABLE
+
 
 def _status(args: argparse.Namespace) -> int:
+    if open_table(args.table) is None:
+        # A first load that died before its commit leaves plans but no table: say so, since
+        # those batch keys are what a runbook needs next.
+        for s in table_status(args.table):
+            keys = ", ".join(b.batch_key for b in s.pending)
+            print(f"airflow-eod: pipeline {s.pipeline_id} planned, never committed: {keys}", file=sys.stderr)
+        return _no_table(args.table)
     summaries = table_status(args.table)
     if args.json:
         print(
@@ -46,7 +66,11 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    status = ask(args.table, BatchKey(args.pipeline, args.batch), args.generation)
+    table = open_table(args.table)
+    if table is None:
+        # "committed": false would read as "not loaded yet" for a path that holds no table.
+        return _no_table(args.table)
+    status = ask_table(table, BatchKey(args.pipeline, args.batch), args.generation)
     print(
         json.dumps(
             {
@@ -69,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     p_status.add_argument("table")
     p_status.add_argument("--json", action="store_true", help="print JSON")
     p_status.set_defaults(func=_status)
-    p_check = sub.add_parser("check", help="exit 0 if the batch is committed, 1 if not")
+    p_check = sub.add_parser(
+        "check", help="exit 0 if the batch is committed, 1 if not, 2 if there is no table"
+    )
     p_check.add_argument("table")
     p_check.add_argument("--pipeline", required=True)
     p_check.add_argument("--batch", required=True)

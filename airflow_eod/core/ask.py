@@ -1,25 +1,31 @@
 """The ask: "have you received batch K at generation G?", answered by the table alone.
 
 It reads the Delta log through ``deltalake`` (no JVM, no Spark session) and looks up the
-batch's ``txn`` marker. A committed batch comes back with its saved result: the table
-version that landed it and the manifest that rode in that commit.
+batch's ``txn`` marker and its durable commit record (:mod:`airflow_eod.core.commit_record`).
+The marker answers while it lives; the record answers after it expired. A committed batch
+comes back with its saved result: the table version that landed it and its manifest, read
+from the record, so the answer costs the same for a table's 10,000th batch as for its 10th.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.commit_record import CommitRecord, newest_record, record_at, repair_record
 from airflow_eod.core.errors import UnsupportedTableError
 from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.core.table_layout import DATA_DIR, META_DIR, local_path
 
 # What airflow-eod itself may have put in a table directory before the first commit.
 _OWN_ENTRIES = {META_DIR, DATA_DIR}
+_LOG_ENTRY = re.compile(r"^\d{20}\.(json|checkpoint.*\.parquet)$|^_last_checkpoint$")
 
 
 @dataclass(frozen=True)
@@ -29,10 +35,11 @@ class BatchStatus:
     :param batch: the batch asked about.
     :param generation: the generation asked about.
     :param committed_generation: the newest generation the table holds, or ``None``.
-    :param table_version: the table version that landed ``committed_generation``, when
-        its commit is still in the log.
-    :param manifest: the manifest of that commit, when it is still in the log.
+    :param table_version: the table version that landed ``committed_generation``.
+    :param manifest: the manifest of that commit.
     :param snapshot_version: the table version the answer was read at (``None``: no table).
+    :param record: the durable commit record of ``committed_generation`` (its files), when
+        there is one.
     """
 
     batch: BatchKey
@@ -41,25 +48,36 @@ class BatchStatus:
     table_version: int | None
     manifest: Manifest | None
     snapshot_version: int | None
+    record: CommitRecord | None = None
 
     @property
     def committed(self) -> bool:
         return self.committed_generation is not None and self.committed_generation >= self.generation
 
 
+def _log_has_commits(log_dir: str) -> bool:
+    try:
+        return any(_LOG_ENTRY.match(n) for n in os.listdir(log_dir))
+    except FileNotFoundError:
+        return False
+
+
 def open_table(table_uri: str) -> DeltaTable | None:
     """The Delta table at ``table_uri``, or ``None`` when there is none yet.
 
-    A directory that holds other things but no Delta log is refused: loading into it
-    would mix our files with someone else's.
+    A ``_delta_log/`` with no commit in it (a writer died while creating the table, leaving
+    only its temporary file) is no table yet: the next commit creates it. A directory that
+    holds other things but no Delta log is refused: loading into it would mix our files with
+    someone else's.
     """
     path = local_path(table_uri)
     try:
         return DeltaTable(path)
     except TableNotFoundError:
-        pass
+        if _log_has_commits(os.path.join(path, "_delta_log")):
+            raise
     if os.path.isdir(path):
-        foreign = sorted(set(os.listdir(path)) - _OWN_ENTRIES)
+        foreign = sorted(set(os.listdir(path)) - _OWN_ENTRIES - {"_delta_log"})
         if foreign:
             raise UnsupportedTableError(
                 f"{path} exists but is not a Delta table (it holds {', '.join(foreign[:5])}); "
@@ -70,37 +88,31 @@ def open_table(table_uri: str) -> DeltaTable | None:
     return None
 
 
-def find_commit(table: DeltaTable, batch: BatchKey, generation: int) -> tuple[int, Manifest] | None:
-    """The (table version, manifest) of the commit that landed ``batch`` at ``generation``.
-
-    Scans commit infos newest first; returns ``None`` once that commit has aged out of
-    the log (the ``txn`` marker outlives it, the commit info does not).
-    """
-    for info in table.history():
-        manifest = Manifest.from_user_metadata(info.get("userMetadata"))
-        if (
-            manifest is not None
-            and manifest.pipeline_id == batch.pipeline_id
-            and manifest.batch_key == batch.key
-            and manifest.generation == generation
-        ):
-            return int(info["version"]), manifest
-    return None
-
-
 def ask_table(table: DeltaTable | None, batch: BatchKey, generation: int = 0) -> BatchStatus:
     """Ask an already opened snapshot; the commit engine uses this so that the answer and
     the commit that may follow are based on the same snapshot."""
     if table is None:
         return BatchStatus(batch, generation, None, None, None, None)
-    committed = table.transaction_version(batch.app_id)
-    version: int | None = None
-    manifest: Manifest | None = None
-    if committed is not None:
-        found = find_commit(table, batch, committed)
-        if found is not None:
-            version, manifest = found
-    return BatchStatus(batch, generation, committed, version, manifest, table.version())
+    plan_log = PlanLog(table.table_uri, batch.pipeline_id)
+    marker = table.transaction_version(batch.app_id)
+    record = newest_record(plan_log, table, batch)
+    committed = marker
+    if record is not None and (marker is None or record.generation > marker):
+        committed = record.generation
+    if committed is not None and (record is None or record.generation != committed):
+        # The marker is newer than any record: its committer died before writing it.
+        record = record_at(plan_log, table, batch, committed) or repair_record(
+            plan_log, table, batch, committed
+        )
+    return BatchStatus(
+        batch,
+        generation,
+        committed,
+        record.table_version if record else None,
+        record.manifest_obj if record else None,
+        table.version(),
+        record,
+    )
 
 
 def ask(table_uri: str, batch: BatchKey, generation: int = 0) -> BatchStatus:

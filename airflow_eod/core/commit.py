@@ -14,8 +14,9 @@ import os
 import random
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
@@ -26,9 +27,11 @@ from airflow_eod.core import table_check
 from airflow_eod.core.ask import BatchStatus, ask_table, open_table
 from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.commit_record import CommitRecord, write_record
 from airflow_eod.core.errors import BatchError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
 from airflow_eod.core.table_layout import batch_dir, local_path
 
@@ -121,6 +124,16 @@ def _partition_string(value: object) -> str | None:
     return str(value)
 
 
+# RFC 3986 path characters that need no escaping; the Delta protocol stores ``add.path`` as
+# a URI, so '%', ' ', '#', '?', '[', non-ASCII, ... are percent-encoded, as delta-rs does.
+_URI_SAFE = "/!$&'()*+,;=:@"
+
+
+def uri_path(path: str) -> str:
+    """A table-relative file path as the Delta log stores it (percent-encoded)."""
+    return quote(path, safe=_URI_SAFE)
+
+
 def commit_with_new_schema(
     path: str,
     table: DeltaTable,
@@ -165,7 +178,7 @@ def commit_with_new_schema(
         *(
             {
                 "add": {
-                    "path": a.path,
+                    "path": uri_path(a.path),
                     "partitionValues": dict(a.partition_values),
                     "size": a.size,
                     "modificationTime": a.modification_time,
@@ -181,13 +194,22 @@ def commit_with_new_schema(
     return put_if_absent(target, "\n".join(json.dumps(a) for a in actions) + "\n")
 
 
+def live_files(table: DeltaTable) -> list[dict[str, Any]]:
+    """The snapshot's add actions, with ``path`` decoded to the file's path on disk."""
+    adds = pa.table(table.get_add_actions(flatten=False)).to_pylist()
+    for a in adds:
+        # delta-rs hands back the log's percent-encoded path, and encodes whatever it is
+        # given: a remove built from the raw value would name another file and remove nothing.
+        a["path"] = unquote(a["path"])
+    return adds
+
+
 def batch_files(table: DeltaTable, batch: BatchKey) -> list[RemoveAction]:
     """Remove actions for every file of ``batch`` that the snapshot holds, at any generation."""
     prefix = batch_dir(batch) + "/"
-    adds = pa.table(table.get_add_actions(flatten=False)).to_pylist()
     now = int(time.time() * 1000)
     removes = []
-    for a in adds:
+    for a in live_files(table):
         if not a["path"].startswith(prefix):
             continue
         parts = {k: _partition_string(v) for k, v in (a.get("partition_values") or {}).items()}
@@ -198,20 +220,53 @@ def batch_files(table: DeltaTable, batch: BatchKey) -> list[RemoveAction]:
 def _replaced_files(
     table: DeltaTable, batch: BatchKey, status: BatchStatus, label: str
 ) -> list[RemoveAction]:
-    """The files a restatement removes, checked against what the table says it holds."""
+    """The files a restatement removes, checked against what the table says it holds.
+
+    Every file of the generation being replaced must still be live: a file that another
+    writer's OPTIMIZE rewrote has moved its rows into a file outside the batch's directory,
+    and removing the rest would leave those rows beside the new generation's.
+    """
     if (table.metadata().configuration or {}).get("delta.appendOnly") == "true":
         raise BatchError(
             label, "the table is append-only (delta.appendOnly=true): a batch cannot be restated"
         )
     removes = batch_files(table, batch)
-    if not removes and status.manifest is not None and status.manifest.rows > 0:
+    gen = status.committed_generation
+    if gen is None:
+        return removes  # never committed (a re-freeze): replace whatever a zombie may have landed
+    if status.record is None:
         raise BatchError(
             label,
-            f"the table holds generation {status.committed_generation} of the batch "
-            f"({status.manifest.rows} rows) but none of its files under {batch_dir(batch)}/ "
-            "(were they compacted by OPTIMIZE?); it cannot be restated without duplicating rows",
+            f"the table holds generation {gen} of the batch, but its commit record and the commit "
+            "itself are gone from the log, so which files hold its rows cannot be proven; it "
+            "cannot be restated without risking duplicate rows (see the runbook, 'restating')",
+        )
+    live = {r.path for r in removes}
+    gone = [f for f in status.record.files if f not in live]
+    if gone:
+        raise BatchError(
+            label,
+            f"{len(gone)} of the {len(status.record.files)} file(s) of generation {gen} are no longer "
+            f"live (e.g. {gone[0]}): another writer rewrote them (OPTIMIZE?), so their rows now sit in "
+            "files outside the batch and restating would duplicate them; nothing was committed",
         )
     return removes
+
+
+def _record_commit(
+    path: str, batch: BatchKey, generation: int, version: int, manifest: Manifest, staged: StagedBatch
+) -> None:
+    table = open_table(path)
+    assert table is not None  # we just committed to it
+    record = CommitRecord(
+        batch.key,
+        generation,
+        str(table.metadata().id),
+        version,
+        asdict(manifest),
+        sorted(f.path for f in staged.files),
+    )
+    write_record(PlanLog(path, batch.pipeline_id), record)
 
 
 def commit_batch(
@@ -251,6 +306,7 @@ def commit_batch(
             # version, marker included, without any check: the batch would land twice.
             max_commit_retries=0,
         )
+        version = 0 if table is None else table.version() + 1
         try:
             if table is None:
                 fault_point("before_commit", try_number=try_number)
@@ -301,6 +357,10 @@ def commit_batch(
                 log.info("batch %s: another attempt created the table first; asking again", batch)
                 continue
             raise BatchError(batch.label, f"the Delta commit failed: {exc}") from exc
+        # With no retries inside delta-rs, our commit is exactly the version after the
+        # snapshot's; the record makes the batch answerable after its marker expires.
+        fault_point("before_record", try_number=try_number)
+        _record_commit(path, batch, generation, version, manifest, staged)
         after = ask_table(open_table(path), batch, generation)
         if not after.committed:
             raise BatchError(batch.label, "the commit returned but the table has no marker for it")

@@ -1,7 +1,8 @@
 """Named fault points on the write path, armed only through an environment variable.
 
 The crash tests and the demo need an attempt to die at an exact protocol boundary
-(before the write, after the files, just before the commit, after the commit). A point is
+(before the write, after the files, just before the commit, between the commit and
+its durable record, after the commit). A point is
 armed with ``EOD_FAULTPOINTS="after_commit=raise@1,after_stage=kill"``: ``raise`` throws
 :class:`InjectedFault`, ``kill`` sends SIGKILL to the process, ``sleep:S`` pauses S seconds
 (to open a race window on purpose), and ``@N`` limits the point to try number N. With
@@ -15,7 +16,7 @@ import signal
 import time
 
 ENV_VAR = "EOD_FAULTPOINTS"
-POINTS = ("before_write", "after_stage", "before_commit", "after_commit")
+POINTS = ("before_write", "after_stage", "before_commit", "before_record", "after_commit")
 
 
 class InjectedFault(BaseException):

@@ -10,17 +10,22 @@ Layout, under ``<table>/_eod/pipelines/<pipeline_id>/``::
     offsets/<seq>.json           plan of the seq-th offset batch (seq is 8 digits)
     ....g<N>.json                the plan of generation N (a restatement) of that batch
     claims/<run hash>.json       which offset batch a DAG run is loading
-    restatements/<hash>.json     which generation a DAG run restates a batch to
+    restatements/<hash>[.N].json which generation a DAG run restates a batch to (a chain:
+                                 link N+1 re-freezes a restatement whose input changed)
+    files/<path hash>.json       which interval batch owns a landing file (first claim wins)
+    batches/<batch_key>/g<N>.<table id>.json  the durable commit record of generation N
+                                 (see :mod:`airflow_eod.core.commit_record`)
 
 Entries carry a checksum; an entry that does not parse or whose checksum does not match
-(hand edits, truncation) raises :class:`PlanLogError` rather than being used.
+(hand edits, truncation) raises :class:`PlanLogError` rather than being used. Every entry is
+written once and never changed, so any reader, at any time, sees the same answer.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,7 +50,10 @@ class Plan:
     :param inputs: the frozen inputs, e.g. files with path, size and mtime.
     :param seq: the position of an offset batch in its pipeline (``None`` for intervals).
     :param planned_at: when the plan was first written (ISO 8601, UTC).
-    :param generation: 0 for the first load; N for the plan of the N-th restatement.
+    :param generation: 0 for the first load; N for the plan of the N-th restatement or
+        re-freeze.
+    :param source: what the slice was taken from (see ``identity()`` of the sources): a
+        stored plan is only ever reused by an attempt whose source is the same.
     """
 
     pipeline_id: str
@@ -56,6 +64,7 @@ class Plan:
     seq: int | None = None
     planned_at: str = ""
     generation: int = 0
+    source: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> BatchKey:
@@ -87,14 +96,27 @@ class PlanLog:
 
     def __init__(self, table_uri: str, pipeline_id: str) -> None:
         self.pipeline_id = validate_pipeline_id(pipeline_id)
-        self.root = os.path.join(local_path(table_uri), META_DIR, "pipelines", pipeline_id)
+        self.table_path = local_path(table_uri)
+        self.root = os.path.join(self.table_path, META_DIR, "pipelines", pipeline_id)
+        self._target_checked = False
 
     # -- low level ---------------------------------------------------------------
     def _path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
 
+    def _check_target(self) -> None:
+        """Refuse to write beside a directory that is neither a Delta table nor empty: a
+        refused load must leave someone else's directory exactly as it was."""
+        if self._target_checked:
+            return
+        from airflow_eod.core.ask import open_table  # ask reads the plan log: import late
+
+        open_table(self.table_path)  # raises UnsupportedTableError for a foreign directory
+        self._target_checked = True
+
     def _put_if_absent(self, path: str, body: dict[str, Any]) -> bool:
         """Write ``body`` at ``path`` unless something is there; True if we wrote it."""
+        self._check_target()
         payload = dict(body, format=PLAN_FORMAT)
         payload["checksum"] = fingerprint(payload)
         return put_if_absent(path, json.dumps(payload, sort_keys=True))
@@ -170,6 +192,27 @@ class PlanLog:
         path = self._plan_path(INTERVAL, batch_key, None, generation)
         return self._plan_from(path, self._read(path))
 
+    def newest_generation(self, batch_key: str) -> int:
+        """The newest generation planned for ``batch_key`` (0 when only the first plan, or
+        none, exists). Generations are planned one after another, so this probes upward."""
+        gen = 0
+        while self.get_plan(batch_key, gen + 1) is not None:
+            gen += 1
+        return gen
+
+    def check_source(self, plan: Plan, source: dict[str, Any]) -> Plan:
+        """``plan`` if it was planned from ``source``; a stored plan of another source (a
+        mapped task's other directory, a changed landing path or table) is refused, never
+        silently reused."""
+        if plan.source and source and plan.source != source:
+            raise PlanLogError(
+                f"batch {plan.key.label} was planned from {json.dumps(plan.source, sort_keys=True)}, "
+                f"but this attempt's source is {json.dumps(source, sort_keys=True)}; a stored plan "
+                "is never reused for another source. Give each source its own pipeline_id (mapped "
+                "tasks: a templated pipeline_id per mapped value), or restate the batch on purpose"
+            )
+        return plan
+
     def offset_seqs(self) -> list[int]:
         """The sequence numbers of every stored offset plan, ascending."""
         try:
@@ -210,12 +253,125 @@ class PlanLog:
     def _restatement_path(self, run_token: str, batch_key: str) -> str:
         return self._path("restatements", f"{fingerprint([run_token, batch_key])[:32]}.json")
 
-    def claim_restatement(self, run_token: str, batch_key: str, generation: int) -> int:
-        """Record that the run ``run_token`` restates ``batch_key`` to ``generation``; a retry of
-        the same run gets the generation of its first claim, so it never restates twice."""
+    def _restatement_link(self, run_token: str, batch_key: str, link: int) -> str:
         path = self._restatement_path(run_token, batch_key)
-        self._put_if_absent(path, {"run_token": run_token, "batch_key": batch_key, "generation": generation})
+        return path if link == 0 else f"{path[: -len('.json')]}.{link}.json"
+
+    def _read_link(self, path: str, batch_key: str) -> int | None:
         body = self._read(path)
-        if body is None or body.get("batch_key") != batch_key or not isinstance(body.get("generation"), int):
+        if body is None:
+            return None
+        if body.get("batch_key") != batch_key or not isinstance(body.get("generation"), int):
             raise PlanLogError(f"restatement claim {path} is inconsistent")
         return int(body["generation"])
+
+    def claim_restatement(self, run_token: str, batch_key: str, generation: int) -> int:
+        """Record that the run ``run_token`` restates ``batch_key`` to ``generation``; a retry of
+        the same run gets the generation of its newest claim, so it never restates twice."""
+        path = self._restatement_link(run_token, batch_key, 0)
+        self._put_if_absent(path, {"run_token": run_token, "batch_key": batch_key, "generation": generation})
+        link, claimed = 0, self._read_link(path, batch_key)
+        while True:
+            nxt = self._read_link(self._restatement_link(run_token, batch_key, link + 1), batch_key)
+            if nxt is None:
+                break
+            link, claimed = link + 1, nxt
+        assert claimed is not None  # we, or a racer for the same run, just wrote link 0
+        return claimed
+
+    def reclaim_restatement(self, run_token: str, batch_key: str, stale: int, generation: int) -> int:
+        """Move the run's restatement of ``batch_key`` from the uncommitted generation ``stale``
+        (its input changed again) to ``generation``. Two tries racing here write the same next
+        link; the first wins and both use it, so one re-freeze happens, not two."""
+        link = 0
+        while True:
+            claimed = self._read_link(self._restatement_link(run_token, batch_key, link), batch_key)
+            if claimed is None:
+                raise PlanLogError(f"run {run_token} has no restatement claim for batch {batch_key}")
+            if claimed == stale:
+                break
+            link += 1
+        path = self._restatement_link(run_token, batch_key, link + 1)
+        self._put_if_absent(path, {"run_token": run_token, "batch_key": batch_key, "generation": generation})
+        result = self._read_link(path, batch_key)
+        assert result is not None
+        return result
+
+    # -- file ownership (interval batches) ---------------------------------------
+    def _file_path(self, path: str) -> str:
+        return self._path("files", f"{fingerprint(path)[:40]}.json")
+
+    def file_owner(self, path: str) -> dict[str, Any] | None:
+        """The claim on the landing file ``path`` (``batch_key``, and the ``size`` and
+        ``mtime_ns`` it had when claimed), or ``None``."""
+        body = self._read(self._file_path(path))
+        if body is None:
+            return None
+        if body.get("path") != path or not isinstance(body.get("batch_key"), str):
+            raise PlanLogError(f"file claim {self._file_path(path)} is inconsistent")
+        return body
+
+    def claim_file(self, entry: dict[str, Any], batch_key: str) -> dict[str, Any]:
+        """Make ``batch_key`` the owner of the landing file ``entry`` (path, size, mtime_ns)
+        unless a batch already is; return the claim. Ownership is written once, so every
+        attempt of every batch sees the same owner."""
+        path = entry["path"]
+        claim = self.file_owner(path)
+        if claim is None:
+            body = {
+                "path": path,
+                "batch_key": batch_key,
+                "size": entry.get("size"),
+                "mtime_ns": entry.get("mtime_ns"),
+            }
+            self._put_if_absent(self._file_path(path), body)
+            claim = self.file_owner(path)
+        assert claim is not None
+        return claim
+
+    # -- durable commit records --------------------------------------------------
+    def _record_dir(self, batch_key: str) -> str:
+        return self._path("batches", batch_key)
+
+    @staticmethod
+    def _record_name(generation: int, table_id: str) -> str:
+        # The table id is in the name: a table re-created at the same path gets records of
+        # its own instead of finding the old table's in a write-once slot.
+        return f"g{generation}.{table_id}.json"
+
+    def put_commit_record(self, batch_key: str, generation: int, table_id: str, body: dict[str, Any]) -> None:
+        """Store the commit record of ``batch_key`` at ``generation`` in table ``table_id``
+        (first writer wins: every writer describes the same commit)."""
+        self._put_if_absent(
+            os.path.join(self._record_dir(batch_key), self._record_name(generation, table_id)), body
+        )
+
+    def newest_commit_record(self, batch_key: str, table_id: str) -> dict[str, Any] | None:
+        """The commit record of the newest generation recorded for ``batch_key`` in table
+        ``table_id``, or ``None``."""
+        try:
+            names = os.listdir(self._record_dir(batch_key))
+        except FileNotFoundError:
+            return None
+        suffix = f".{table_id}.json"
+        gens = [int(n[1 : -len(suffix)]) for n in names if n.startswith("g") and n.endswith(suffix)]
+        return self.commit_record(batch_key, max(gens), table_id) if gens else None
+
+    def commit_record(self, batch_key: str, generation: int, table_id: str) -> dict[str, Any] | None:
+        """The commit record of ``batch_key`` at ``generation`` in table ``table_id``, or ``None``."""
+        return self._read(os.path.join(self._record_dir(batch_key), self._record_name(generation, table_id)))
+
+    def recorded_batches(self) -> list[str]:
+        """Every batch key with a commit record (for status reports, not for the ask)."""
+        try:
+            return sorted(os.listdir(self._path("batches")))
+        except FileNotFoundError:
+            return []
+
+    def boundary_kinds(self) -> set[str]:
+        """Which kinds of plans (``interval``, ``offsets``) this pipeline has stored."""
+        return {
+            k
+            for k in (INTERVAL, OFFSETS)
+            if os.path.isdir(self._path("intervals" if k == INTERVAL else "offsets"))
+        }

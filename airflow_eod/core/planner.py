@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.errors import BatchError, ConfigurationError
 from airflow_eod.core.plan_log import INTERVAL, OFFSETS, Plan, PlanLog
 
 log = logging.getLogger(__name__)
@@ -24,12 +25,25 @@ log = logging.getLogger(__name__)
 NextOffsets = Callable[[list[Plan]], "tuple[dict[str, Any], list[dict[str, Any]]] | None"]
 
 
+def _refuse_mixed_kinds(plan_log: PlanLog, kind: str) -> None:
+    """One pipeline slices its source one way: offset batches and interval batches of the
+    same source would overlap, and neither kind knows what the other loaded."""
+    other = plan_log.boundary_kinds() - {kind}
+    if other:
+        raise ConfigurationError(
+            f"pipeline {plan_log.pipeline_id} already has {other.pop()} batches; it cannot also "
+            f"plan {kind} batches (they would load the same data again). Keep the boundary, or "
+            "start a new pipeline_id on purpose"
+        )
+
+
 def plan_offset_batch(
     plan_log: PlanLog,
     *,
     run_token: str,
     is_committed: Callable[[BatchKey], bool],
     next_offsets: NextOffsets,
+    source: dict[str, Any] | None = None,
 ) -> Plan | None:
     """The offset batch the run ``run_token`` loads, planned now if it has none yet.
 
@@ -37,19 +51,22 @@ def plan_offset_batch(
     :param run_token: a stable identity of the DAG run (the same for all its tries).
     :param is_committed: the ask, for one batch at generation 0.
     :param next_offsets: computes the next batch's frozen offsets from earlier plans.
+    :param source: the source's identity; a stored plan of another source is refused.
     :returns: the plan, or ``None`` when there is nothing new to load.
     """
+    source = source or {}
     claimed = plan_log.claimed_seq(run_token)
     if claimed is not None:
-        plan = plan_log.get_offset_plan(claimed)
+        plan = plan_log.check_source(plan_log.get_offset_plan(claimed), source)
         log.info("run %s already claimed batch %s; loading that batch again", run_token, plan.key)
         return plan
+    _refuse_mixed_kinds(plan_log, OFFSETS)
     seqs = plan_log.offset_seqs()
     history = [plan_log.get_offset_plan(s) for s in seqs]
     if history and not is_committed(history[-1].key):
         # The newest batch is planned but not committed (a crashed run, or one still
         # running): this run loads that same batch, and fencing picks one committer.
-        latest = history[-1]
+        latest = plan_log.check_source(history[-1], source)
         assert latest.seq is not None
         return plan_log.get_offset_plan(plan_log.claim(run_token, latest.seq))
     nxt = next_offsets(history)
@@ -58,9 +75,12 @@ def plan_offset_batch(
     boundary, inputs = nxt
     seq = seqs[-1] + 1 if seqs else 0
     key = BatchKey.for_offsets(plan_log.pipeline_id, seq, {"boundary": boundary, "inputs": inputs})
-    stored = plan_log.put_plan(Plan(plan_log.pipeline_id, key.key, OFFSETS, boundary, inputs, seq=seq))
+    stored = plan_log.put_plan(
+        Plan(plan_log.pipeline_id, key.key, OFFSETS, boundary, inputs, seq=seq, source=source)
+    )
     if stored.batch_key != key.key:
         log.info("batch %d of %s was planned by a concurrent run; using its plan", seq, plan_log.pipeline_id)
+        plan_log.check_source(stored, source)
     assert stored.seq is not None
     return plan_log.get_offset_plan(plan_log.claim(run_token, stored.seq))
 
@@ -71,25 +91,99 @@ def plan_interval_batch(
     start: datetime,
     end: datetime,
     inputs: Callable[[], list[dict[str, Any]]],
+    source: dict[str, Any] | None = None,
 ) -> Plan:
     """The plan of the batch bounded by the data interval ``[start, end)``.
 
-    The inputs are listed only the first time; every later attempt gets the stored plan.
+    The inputs are listed only the first time; every later attempt gets the stored plan,
+    with its files narrowed to those the batch owns (:func:`own_files`).
     """
+    source = source or {}
     key = BatchKey.for_interval(plan_log.pipeline_id, start, end)
     existing = plan_log.get_plan(key.key)
-    if existing is not None:
-        return existing
-    boundary = {"start": start.isoformat(), "end": end.isoformat()}
-    return plan_log.put_plan(Plan(plan_log.pipeline_id, key.key, INTERVAL, boundary, inputs()))
+    if existing is None:
+        _refuse_mixed_kinds(plan_log, INTERVAL)
+        boundary = {"start": start.isoformat(), "end": end.isoformat()}
+        existing = plan_log.put_plan(
+            Plan(plan_log.pipeline_id, key.key, INTERVAL, boundary, inputs(), source=source)
+        )
+    return own_files(plan_log, plan_log.check_source(existing, source))
+
+
+def own_files(plan_log: PlanLog, plan: Plan) -> Plan:
+    """``plan`` with only the landing files its batch owns.
+
+    Two interval batches can see the same file (overlapping intervals, two intervals that
+    render to the same directory, a schedule change). Each file is claimed once, put-if-absent,
+    after the plan that lists it was stored; the first batch to claim it owns it, and every
+    other batch leaves it out. Ownership never changes, so every attempt of a batch reads the
+    same files, and no file is loaded by two batches of one pipeline.
+    """
+    if plan.kind != INTERVAL or not any("path" in f for f in plan.inputs):
+        return plan
+    owned: list[dict[str, Any]] = []
+    for entry in plan.inputs:
+        claim = plan_log.claim_file(entry, plan.batch_key)
+        if claim["batch_key"] == plan.batch_key:
+            owned.append(entry)
+        elif (claim.get("size"), claim.get("mtime_ns")) != (entry.get("size"), entry.get("mtime_ns")):
+            # Rewritten in place since its owner claimed it: skipping it would drop the new
+            # content without a word, and loading it would load the path twice.
+            raise BatchError(
+                plan.key.label,
+                f"landing file {entry['path']} belongs to batch {claim['batch_key']} of this pipeline, "
+                f"which claimed it at size {claim.get('size')}, mtime_ns {claim.get('mtime_ns')}; it now "
+                f"has size {entry.get('size')}, mtime_ns {entry.get('mtime_ns')}. A pipeline loads a path "
+                "once: write new data under a new file name, or restate batch "
+                f"{claim['batch_key']} to load the file as it is now; nothing was committed",
+            )
+        else:
+            log.warning(
+                "batch %s: skipping %s, which batch %s of this pipeline owns (loaded or loading it)",
+                plan.key,
+                entry["path"],
+                claim["batch_key"],
+            )
+    return plan if len(owned) == len(plan.inputs) else replace(plan, inputs=owned)
 
 
 def require_interval(interval: tuple[datetime, datetime] | None) -> tuple[datetime, datetime]:
-    """The run's data interval, or a clear error for a run that has none."""
+    """The run's data interval, or a clear error for a run that has none or a zero-length one.
+
+    A zero-length interval (start == end) is what Airflow 3 gives every run of a "trigger"
+    timetable (``schedule="@daily"`` or a cron string with the default
+    ``[scheduler] create_cron_data_intervals = False``, a timedelta schedule, and manual runs
+    of ``schedule=None``). It bounds no data: a JDBC interval batch would read no rows and
+    mark the period loaded, and every such run of a landing directory would be a new batch
+    of the same files. See ``docs/intervals.md``.
+
+    :param interval: ``(start, end)`` of the batch, or ``None`` when the run has none.
+    :raises ConfigurationError: for no interval or one whose end is not after its start.
+    """
+    fixes = (
+        "use a timetable that gives real intervals (schedule=CronDataIntervalTimetable(cron, "
+        "timezone=...) or DeltaDataIntervalTimetable(timedelta), both from airflow.sdk, or set "
+        "[scheduler] create_cron_data_intervals = True for cron strings, "
+        "create_delta_data_intervals = True for timedelta schedules), pass interval_start "
+        "and interval_end to the operator, or use boundary='offsets' (see docs/intervals.md)"
+    )
     if interval is None:
         raise ConfigurationError(
             "boundary='interval' needs the DAG run's data interval, and this run has none (a "
-            "manual run without a logical date); trigger it with a logical date, pass "
-            "interval_start and interval_end to the operator, or use boundary='offsets'"
+            f"manual run without a logical date); trigger it with a logical date, or {fixes}"
+        )
+    start, end = interval
+    if start.tzinfo is None or end.tzinfo is None:
+        raise ConfigurationError(f"interval bounds {start!r}, {end!r} need a time zone")
+    if end < start:
+        raise ConfigurationError(
+            f"data interval end {end.isoformat()} is before its start {start.isoformat()}"
+        )
+    if end == start:
+        raise ConfigurationError(
+            f"boundary='interval' needs a data interval that spans time, and this run's is "
+            f"zero-length ({start.isoformat()} to {end.isoformat()}): Airflow's trigger "
+            "timetables (the default for cron strings such as '@daily', for timedelta schedules, "
+            f"and for manual runs of schedule=None) give start == end, which bounds no data; {fixes}"
         )
     return interval

@@ -1,15 +1,23 @@
-"""Restatement: re-loading a committed batch on purpose as generation + 1.
+"""Restatement and re-freezing: loading a batch again on purpose as a new generation.
 
-The new generation gets its own frozen plan (the source as it is now), the run that
-restates claims the target generation so that its retries never restate twice, and the
-commit swaps the old generation's files for the new ones in one Delta commit.
+A restatement re-loads a committed batch from the source as it is now; a re-freeze does the
+same for a batch the table never committed, whose frozen input changed (a corrected file, a
+JDBC range whose row count drifted). Both are one mechanism: the run plans generation
+``max(newest planned, newest committed) + 1`` from the source now, claims it so that its
+retries never restate twice, and the commit swaps out whatever the table holds of the batch
+in one Delta commit. Generations fence each other: an attempt of an older generation asks,
+finds a newer one committed and writes nothing, and a racing commit of the same batch fails
+on the shared ``txn`` appId.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from airflow_eod.core.plan_log import Plan, PlanLog
+
+log = logging.getLogger(__name__)
 
 
 def plan_restatement(
@@ -20,17 +28,38 @@ def plan_restatement(
     committed_generation: int | None,
     replan: Callable[[Plan, int], Plan],
 ) -> Plan:
-    """The plan this run restates ``plan``'s batch with.
+    """The plan this run restates (or re-freezes) ``plan``'s batch with.
 
-    :param committed_generation: the newest generation the table holds (``None``: none, or
-        its marker expired; the batch is then loaded as generation 0, replacing whatever
-        files of it the table still holds).
+    :param committed_generation: the newest generation the table holds (``None``: none).
     :param replan: freezes the source again for a generation.
     """
-    if committed_generation is None:
-        return plan
-    target = plan_log.claim_restatement(run_token, plan.batch_key, committed_generation + 1)
+    newest = max(plan_log.newest_generation(plan.batch_key), committed_generation or 0)
+    target = plan_log.claim_restatement(run_token, plan.batch_key, newest + 1)
     existing = plan_log.get_plan(plan.batch_key, target)
     if existing is not None:
         return existing
     return plan_log.put_plan(replan(plan, target))
+
+
+def refreeze_restatement(
+    plan_log: PlanLog,
+    stale: Plan,
+    *,
+    run_token: str,
+    replan: Callable[[Plan, int], Plan],
+) -> Plan:
+    """Re-freeze the run's restatement whose generation ``stale`` was never committed and
+    whose input changed again (the source was fixed after the first try failed)."""
+    newest = plan_log.newest_generation(stale.batch_key)
+    target = plan_log.reclaim_restatement(run_token, stale.batch_key, stale.generation, newest + 1)
+    log.warning(
+        "batch %s: generation %d was never committed and its input changed; re-freezing it as "
+        "generation %d",
+        stale.key,
+        stale.generation,
+        target,
+    )
+    existing = plan_log.get_plan(stale.batch_key, target)
+    if existing is not None:
+        return existing
+    return plan_log.put_plan(replan(stale, target))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from airflow_eod.core.ask import open_table
+from airflow_eod.core.ask import ask_table, open_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
@@ -38,7 +38,8 @@ class PipelineSummary:
         return [b for b in self.batches if b.generation is None]
 
 
-def _planned_keys(table_uri: str) -> dict[str, set[str]]:
+def _known_keys(table_uri: str) -> dict[str, set[str]]:
+    """Per pipeline, every batch key the plan log planned or recorded as committed."""
     root = os.path.join(local_path(table_uri), META_DIR, "pipelines")
     found: dict[str, set[str]] = {}
     for pipeline in sorted(os.listdir(root)) if os.path.isdir(root) else []:
@@ -47,29 +48,36 @@ def _planned_keys(table_uri: str) -> dict[str, set[str]]:
         idir = os.path.join(log.root, "intervals")
         if os.path.isdir(idir):
             keys |= {n[:-5] for n in os.listdir(idir) if n.endswith(".json") and ".g" not in n}
+        keys |= set(log.recorded_batches())
         found[pipeline] = keys
     return found
 
 
 def table_status(table_uri: str) -> list[PipelineSummary]:
-    """Summaries of every pipeline that has loaded, or planned, into ``table_uri``."""
+    """Summaries of every pipeline that has loaded, or planned, into ``table_uri``.
+
+    Batches are found in the plan log and the commit records, and also in the commit infos
+    still in the log (a table loaded by another copy of the plan log, or by Delta Spark).
+    """
     table = open_table(table_uri)
-    keys = _planned_keys(table_uri)
-    landed: dict[tuple[str, str, int], tuple[int, Manifest]] = {}
+    keys = _known_keys(table_uri)
     if table is not None:
         for info in table.history():
             m = Manifest.from_user_metadata(info.get("userMetadata"))
             if m is not None:
                 keys.setdefault(m.pipeline_id, set()).add(m.batch_key)
-                landed.setdefault((m.pipeline_id, m.batch_key, m.generation), (int(info["version"]), m))
     out: list[PipelineSummary] = []
     for pipeline in sorted(keys):
         summary = PipelineSummary(pipeline)
         for key in sorted(keys[pipeline]):
-            gen = table.transaction_version(BatchKey(pipeline, key).app_id) if table is not None else None
-            hit = landed.get((pipeline, key, gen)) if gen is not None else None
+            status = ask_table(table, BatchKey(pipeline, key))
             summary.batches.append(
-                BatchSummary(key, gen, hit[0] if hit else None, hit[1].rows if hit else None)
+                BatchSummary(
+                    key,
+                    status.committed_generation,
+                    status.table_version,
+                    status.manifest.rows if status.manifest else None,
+                )
             )
         out.append(summary)
     return out

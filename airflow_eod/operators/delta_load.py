@@ -16,9 +16,10 @@ import pendulum
 from airflow.sdk import BaseOperator
 
 from airflow_eod.core.ask import ask
-from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.core.plan_log import PlanLog
-from airflow_eod.core.restatement import plan_restatement
+from airflow_eod.core.errors import ConfigurationError, InputChangedError
+from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planner import own_files
+from airflow_eod.core.restatement import plan_restatement, refreeze_restatement
 from airflow_eod.core.result import NO_NEW_DATA, LoadResult
 from airflow_eod.core.table_layout import normalise
 from airflow_eod.operators.run_context import (
@@ -50,6 +51,12 @@ class DeltaLoadOperator(BaseOperator):
     :param table_uri: the target Delta table (templated).
     :param pipeline_id: the dedup namespace (templated); defaults to ``<dag_id>.<task_id>``.
         Renaming it starts a new namespace: batches are loaded again under the new name.
+        An instance of a mapped task (``.partial(...).expand(...)``) defaults to
+        ``<dag_id>.<task_id>.m<map_index>``: the map index is part of the id, so reordering,
+        inserting into or removing from the expand list re-maps inputs to pipelines. For
+        mapped loads give each input an explicit id that names it, e.g.
+        ``.expand_kwargs([{"landing_path": "/landing/eu", "pipeline_id": "orders.eu"}, ...])``,
+        or a templated one such as ``"orders.{{ task.landing_path | replace('/', '_') }}"``.
     :param partition_by: partition columns of a table this load creates.
     :param transform: ``"module:function"`` or a callable taking and returning a DataFrame.
     :param engine: ``delta-rs`` (default) or ``delta-spark`` (needs the Delta jars).
@@ -133,11 +140,52 @@ class DeltaLoadOperator(BaseOperator):
             return bounds[0], bounds[1]  # type: ignore[return-value]
         return data_interval_for(context)
 
+    def _restated(
+        self,
+        plan_log: PlanLog,
+        plan: Plan,
+        source: Source,
+        ctx: ReadContext,
+        run_token: str,
+        previous: int | None,
+    ) -> Plan:
+        """The plan of this run's restatement (a committed batch) or re-freeze (a batch the
+        table never committed), a new generation frozen from the source as it is now."""
+        committed = previous is not None
+
+        def replan(p: Plan, g: int) -> Plan:
+            return source.replan(p, g, ctx, committed=committed)
+
+        restated = own_files(
+            plan_log,
+            plan_restatement(
+                plan_log, plan, run_token=run_token, committed_generation=previous, replan=replan
+            ),
+        )
+        if not ask(self.table_uri, restated.key, restated.generation).committed:
+            try:
+                source.verify(restated, ctx)
+            except InputChangedError as exc:
+                # An earlier try of this run froze the restatement, failed, and the source was
+                # fixed since: the run's purpose is the source as it is now, so re-freeze it.
+                self.log.warning("batch %s: %s", restated.key, exc.cause)
+                restated = own_files(
+                    plan_log, refreeze_restatement(plan_log, restated, run_token=run_token, replan=replan)
+                )
+        self.log.info(
+            "batch %s: %s generation %s as generation %d",
+            restated.key,
+            "restating" if committed else "re-freezing (never committed)",
+            previous if committed else plan.generation,
+            restated.generation,
+        )
+        return restated
+
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow_eod.spark.load_job import LoadSpec, run_load
         from airflow_eod.spark.session import get_session
 
-        pipeline = pipeline_id_for(self, self.pipeline_id)
+        pipeline = pipeline_id_for(self, self.pipeline_id, context)
         source = self.build_source()
         plan_log = PlanLog(self.table_uri, pipeline)
         run_token = run_token_for(context)
@@ -153,6 +201,7 @@ class DeltaLoadOperator(BaseOperator):
                     f"restate_batch_key {named!r}: pipeline {pipeline} has no such batch in its plan "
                     "log; `airflow-eod status TABLE` lists the batch keys"
                 )
+            plan_log.check_source(plan, source.identity())
         else:
             plan = source.plan(
                 plan_log,
@@ -169,16 +218,7 @@ class DeltaLoadOperator(BaseOperator):
         previous: int | None = None
         if restate:
             previous = ask(self.table_uri, plan.key).committed_generation
-            plan = plan_restatement(
-                plan_log,
-                plan,
-                run_token=run_token,
-                committed_generation=previous,
-                replan=lambda p, g: source.replan(p, g, ctx),
-            )
-            self.log.info(
-                "batch %s: restating generation %s as generation %d", plan.key, previous, plan.generation
-            )
+            plan = self._restated(plan_log, plan, source, ctx, run_token, previous)
         self.log.info(
             "batch %s: generation %d, %d input(s), fingerprint %s",
             plan.key,

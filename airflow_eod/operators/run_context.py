@@ -11,9 +11,31 @@ from typing import Any
 from airflow_eod.core.batch import validate_pipeline_id
 
 
-def pipeline_id_for(task: Any, pipeline_id: str | None) -> str:
-    """The explicit pipeline id, or ``<dag_id>.<task_id>``."""
-    return validate_pipeline_id(pipeline_id or f"{task.dag_id}.{task.task_id}")
+def map_index_for(context: Any) -> int:
+    """The task instance's map index: ``-1`` for a task that is not mapped."""
+    index = getattr(context.get("ti"), "map_index", -1)
+    return -1 if index is None else int(index)
+
+
+def pipeline_id_for(task: Any, pipeline_id: str | None, context: Any) -> str:
+    """The explicit pipeline id, or the default one derived from the task.
+
+    The default is ``<dag_id>.<task_id>``, and ``<dag_id>.<task_id>.m<map_index>`` for an
+    instance of a mapped task (``.expand()``): all instances of a mapped task share the
+    task id, and one shared pipeline would give them one interval batch key, so only the
+    first instance's input would ever be loaded.
+
+    :param task: the operator or sensor.
+    :param pipeline_id: the explicit (rendered) pipeline id, if any.
+    :param context: the task's Airflow context; it says which mapped instance this is.
+    """
+    if pipeline_id:
+        return validate_pipeline_id(pipeline_id)
+    default = f"{task.dag_id}.{task.task_id}"
+    index = map_index_for(context)
+    if index >= 0:
+        default = f"{default}.m{index}"
+    return validate_pipeline_id(default)
 
 
 def run_token_for(context: Any) -> str:

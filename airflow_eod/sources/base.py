@@ -37,10 +37,13 @@ class ReadContext:
 
     :param spark_factory: returns the SparkSession; called at most once.
     :param credentials: the source's credentials, if it has any.
+    :param schema_drift: the load's ``schema_drift`` policy: what a source column that the
+        declared schema lacks does when read (``fail`` or ``add_columns``).
     """
 
     spark_factory: Callable[[], SparkSession] | None = None
     credentials: Credentials | None = None
+    schema_drift: str = "fail"
     _spark: Any = None
 
     @property
@@ -70,7 +73,9 @@ class Source(Protocol):
         interval: tuple[datetime, datetime] | None = None,
     ) -> Plan | None: ...
 
-    def replan(self, plan: Plan, generation: int, ctx: ReadContext) -> Plan: ...
+    def identity(self) -> dict[str, Any]: ...
+
+    def replan(self, plan: Plan, generation: int, ctx: ReadContext, *, committed: bool = True) -> Plan: ...
 
     def verify(self, plan: Plan, ctx: ReadContext) -> None: ...
 

@@ -112,6 +112,16 @@ class JdbcIncrementalSource:
     def from_dict(cls, data: dict[str, Any]) -> JdbcIncrementalSource:
         return cls(**{k: v for k, v in data.items() if k != "type"})
 
+    def identity(self) -> dict[str, Any]:
+        """What decides the slice: a stored plan is reused only by the same source."""
+        return {
+            "type": "jdbc_incremental",
+            "url": self.url,
+            "table": self.table,
+            "key_column": self.key_column,
+            "boundary": self.boundary,
+        }
+
     # -- SQL ---------------------------------------------------------------------
     @property
     def _t(self) -> str:
@@ -204,15 +214,20 @@ class JdbcIncrementalSource:
                 start=interval[0],
                 end=interval[1],
                 inputs=lambda: [{"rows": self._count(ctx, boundary, label)}],
+                source=self.identity(),
             )
         return plan_offset_batch(
-            plan_log, run_token=run_token, is_committed=is_committed, next_offsets=self._next_offsets(ctx)
+            plan_log,
+            run_token=run_token,
+            is_committed=is_committed,
+            next_offsets=self._next_offsets(ctx),
+            source=self.identity(),
         )
 
-    def replan(self, plan: Plan, generation: int, ctx: ReadContext) -> Plan:
-        """The same key range, with its row count as it is now."""
+    def replan(self, plan: Plan, generation: int, ctx: ReadContext, *, committed: bool = True) -> Plan:
+        """The same key range, with its row count as it is now (restatement or re-freeze)."""
         inputs = [{"rows": self._count(ctx, plan.boundary, plan.key.label)}]
-        return replace(plan, inputs=inputs, generation=generation, planned_at="")
+        return replace(plan, inputs=inputs, generation=generation, planned_at="", source=self.identity())
 
     def verify(self, plan: Plan, ctx: ReadContext) -> None:
         """Fail if the key range no longer holds the planned number of rows (I3)."""
@@ -223,7 +238,8 @@ class JdbcIncrementalSource:
                 plan.key.label,
                 f"the source range {self._describe(plan.boundary)} of {self.table} held {planned} rows "
                 f"when planned and holds {now} now (rows were updated, deleted or inserted below the "
-                "key frontier); nothing was committed. Restate the batch on purpose to load it as it is now",
+                "key frontier); nothing was committed. Re-freeze it on purpose to load it as it is now: "
+                f"trigger a run with restate=True and restate_batch_key={plan.batch_key}",
             )
 
     def _describe(self, boundary: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ in the (usually templated) directory when the DAG run's interval is first planne
 from __future__ import annotations
 
 import fnmatch
+import logging
 import os
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
@@ -20,12 +21,14 @@ from airflow_eod.core.errors import BatchError, ConfigurationError, InputChanged
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.sources.base import ReadContext
-from airflow_eod.spark.bad_records import CORRUPT_COLUMN
+from airflow_eod.spark.landing_reader import read_landing_batch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("csv", "json", "parquet")
 BOUNDARIES = ("offsets", "interval")
@@ -37,6 +40,12 @@ _DEFAULT_READ_OPTIONS: dict[str, dict[str, str]] = {
     "json": {"mode": "FAILFAST"},
     "parquet": {},
 }
+
+
+def _canonical(path: str, plan: Plan) -> str:
+    """A loaded file's canonical path. Plans with a ``source`` were listed canonically; older
+    ones kept the path as given, which may run through a symlink."""
+    return path if plan.source else os.path.realpath(path)
 
 
 @dataclass(frozen=True)
@@ -83,28 +92,52 @@ class LandingFilesSource:
         return cls(**body)
 
     # -- planning (no Spark) -----------------------------------------------------
+    @property
+    def root(self) -> str:
+        """The landing directory's canonical path (symlinks resolved)."""
+        return os.path.realpath(self.path)
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the slice: a stored plan is reused only by the same source."""
+        return {
+            "type": "landing_files",
+            "path": self.root,
+            "pattern": self.pattern,
+            "boundary": self.boundary,
+        }
+
     def list_files(self, label: str | None = None) -> list[dict[str, Any]]:
-        """Every candidate file now, oldest first (mtime, then path)."""
-        root = os.path.abspath(self.path)
+        """Every candidate file now, oldest first (mtime, then path).
+
+        A file is identified by its canonical path: the same file reached through a symlink
+        is the same file, and a file moved or copied to another path is a new one (as in
+        Auto Loader and COPY INTO).
+        """
+        root = self.root
         if not os.path.isdir(root):
             raise BatchError(label, f"landing directory {root} does not exist (a missing source)")
-        found: list[dict[str, Any]] = []
+        found: dict[str, dict[str, Any]] = {}
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith(("_", ".")))
             for name in filenames:
                 if name.startswith(("_", ".")) or not fnmatch.fnmatch(name, self.pattern):
                     continue
-                full = os.path.join(dirpath, name)
-                st = os.stat(full)
-                found.append({"path": full, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
-        found.sort(key=lambda f: (f["mtime_ns"], f["path"]))
-        return found
+                full = os.path.realpath(os.path.join(dirpath, name))
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:  # a dangling link, or a file removed while listing
+                    continue
+                found[full] = {"path": full, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        return sorted(found.values(), key=lambda f: (f["mtime_ns"], f["path"]))
 
     def _next_offsets(self, history: list[Plan]) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        loaded = {f["path"] for plan in history for f in plan.inputs}
+        loaded = {_canonical(f["path"], plan) for plan in history for f in plan.inputs}
+        listing = self.list_files()
+        if history:
+            self._refuse_remounted(history, listing)
         batch: list[dict[str, Any]] = []
         total = 0
-        for entry in self.list_files():
+        for entry in listing:
             if entry["path"] in loaded:
                 continue
             if batch and self.max_files_per_batch and len(batch) >= self.max_files_per_batch:
@@ -115,7 +148,34 @@ class LandingFilesSource:
             total += entry["size"]
         if not batch:
             return None
-        return {"directory": os.path.abspath(self.path), "files": len(batch), "bytes": total}, batch
+        return {"directory": self.root, "files": len(batch), "bytes": total}, batch
+
+    def _refuse_remounted(self, history: list[Plan], listing: list[dict[str, Any]]) -> None:
+        """Refuse a landing directory that holds the pipeline's loaded files under a new path.
+
+        Files are identified by path, so a directory reached through another mount would load
+        every file again. When the pipeline's directory changed and a file there has the
+        relative path, size and mtime of a loaded one, it is the same file seen twice.
+        """
+        previous = history[-1].boundary.get("directory")
+        if previous and not history[-1].source:
+            previous = os.path.realpath(previous)  # planned before paths were canonical
+        if not previous or previous == self.root:
+            return
+        loaded = {
+            (os.path.relpath(f["path"], plan.boundary.get("directory", previous)), f["size"], f["mtime_ns"])
+            for plan in history
+            for f in plan.inputs
+        }
+        for entry in listing:
+            if (os.path.relpath(entry["path"], self.root), entry["size"], entry["mtime_ns"]) in loaded:
+                raise ConfigurationError(
+                    f"pipeline {history[-1].pipeline_id} loaded {previous}; its landing path is now "
+                    f"{self.root}, which holds {entry['path']} with the name, size and mtime of a file "
+                    "it already loaded (the same directory through another mount?). Files are "
+                    "identified by their path, so they would all load again. Point landing_path at the "
+                    "old path, or start a new pipeline_id on purpose"
+                )
 
     def plan(
         self,
@@ -130,19 +190,39 @@ class LandingFilesSource:
         if self.boundary == "interval":
             start, end = require_interval(interval)
             label = BatchKey.for_interval(plan_log.pipeline_id, start, end).label
-            return plan_interval_batch(plan_log, start=start, end=end, inputs=lambda: self.list_files(label))
+            return plan_interval_batch(
+                plan_log, start=start, end=end, inputs=lambda: self.list_files(label), source=self.identity()
+            )
         return plan_offset_batch(
-            plan_log, run_token=run_token, is_committed=is_committed, next_offsets=self._next_offsets
+            plan_log,
+            run_token=run_token,
+            is_committed=is_committed,
+            next_offsets=self._next_offsets,
+            source=self.identity(),
         )
 
-    def replan(self, plan: Plan, generation: int, ctx: ReadContext | None = None) -> Plan:
-        """The plan of a restatement: the same files (offsets) or the directory as it is now
-        (interval), frozen again with their current size and mtime."""
+    def replan(
+        self, plan: Plan, generation: int, ctx: ReadContext | None = None, *, committed: bool = True
+    ) -> Plan:
+        """The plan of a restatement or re-freeze: the same files (offsets) or the directory as
+        it is now (interval), frozen again with their current size and mtime.
+
+        :param committed: whether the table holds the batch. A committed batch's planned file
+            that is gone fails the restatement (its rows would silently go); a batch never
+            committed is re-frozen without it, since it was never loaded.
+        """
         if plan.kind == "interval":
             inputs = self.list_files(plan.key.label)
-        else:
+        elif committed:
             inputs = [self._stat(entry, plan.key.label) for entry in plan.inputs]
-        return replace(plan, inputs=inputs, generation=generation, planned_at="")
+        else:
+            inputs = []
+            for entry in plan.inputs:
+                try:
+                    inputs.append(self._stat(entry, plan.key.label))
+                except InputChangedError:
+                    log.warning("batch %s: re-freezing without %s, which is gone", plan.key, entry["path"])
+        return replace(plan, inputs=inputs, generation=generation, planned_at="", source=self.identity())
 
     def verify(self, plan: Plan, ctx: ReadContext | None = None) -> None:
         """Fail if any planned file changed since planning (invariant I3)."""
@@ -153,8 +233,9 @@ class LandingFilesSource:
                     plan.key.label,
                     f"landing file {entry['path']} changed after it was planned "
                     f"(size {entry['size']} -> {now['size']}, mtime_ns {entry['mtime_ns']} -> "
-                    f"{now['mtime_ns']}); nothing was committed. Restore the file, or restate "
-                    "the batch on purpose",
+                    f"{now['mtime_ns']}); nothing was committed. Restore the file and clear the task, "
+                    "or re-freeze the batch on purpose: trigger a run with restate=True and "
+                    f"restate_batch_key={plan.batch_key} (see the runbook)",
                 )
 
     @staticmethod
@@ -163,28 +244,24 @@ class LandingFilesSource:
         try:
             st = os.stat(entry["path"])
         except FileNotFoundError:
-            raise InputChangedError(label, f"landing file {entry['path']} was planned but is gone") from None
+            raise InputChangedError(
+                label,
+                f"landing file {entry['path']} was planned but is gone; nothing was committed. Restore "
+                "it, or re-freeze the batch on purpose (restate=True with restate_batch_key)",
+            ) from None
         return {"path": entry["path"], "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
     # -- reading (Spark) ---------------------------------------------------------
     def read(self, plan: Plan, ctx: ReadContext) -> DataFrame:
-        """A DataFrame of exactly the planned files (with a corrupt-record column when a
-        schema is given for CSV or JSON, see :mod:`airflow_eod.spark.bad_records`)."""
-        spark = ctx.spark
-        options = {**_DEFAULT_READ_OPTIONS[self.file_format], **self.read_options}
-        schema = self.schema
-        if schema and self.file_format in ("csv", "json") and "mode" not in self.read_options:
-            options.update(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT_COLUMN)
-            schema = f"{schema}, {CORRUPT_COLUMN} STRING"
-        if not plan.inputs:
-            if not self.schema:
-                raise BatchError(
-                    plan.key.label,
-                    "the batch has no files and the source has no schema to describe an empty batch; "
-                    "give the operator a schema",
-                )
-            return spark.createDataFrame([], self.schema)
-        reader = spark.read.format(self.file_format).options(**options)
-        if schema:
-            reader = reader.schema(schema)
-        return reader.load([f"file://{e['path']}" for e in plan.inputs])
+        """A DataFrame of exactly the planned files, columns matched by name (with a
+        corrupt-record column when a schema is given for CSV or JSON); see
+        :mod:`airflow_eod.spark.landing_reader` and :mod:`airflow_eod.spark.bad_records`."""
+        return read_landing_batch(
+            ctx.spark,
+            plan,
+            file_format=self.file_format,
+            schema=self.schema,
+            read_options=self.read_options,
+            default_options=_DEFAULT_READ_OPTIONS[self.file_format],
+            schema_drift=ctx.schema_drift,
+        )

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_eod.core.ask import BatchStatus, ask_table, open_table
+from airflow_eod.core.ask import BatchStatus, ask, ask_table, open_table
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.errors import BatchError, ConfigurationError, EodError
@@ -35,8 +35,10 @@ from airflow_eod.core.result import (
 )
 from airflow_eod.core.retention import check_retention
 from airflow_eod.core.table_check import SCHEMA_FAIL, SCHEMA_POLICIES
+from airflow_eod.core.table_layout import normalise
 from airflow_eod.sources import Credentials, ReadContext, Source, source_from_dict
 from airflow_eod.spark.bad_records import split_malformed
+from airflow_eod.spark.quarantine import deliver_outbox, stage_outbox, with_outbox
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -89,6 +91,8 @@ class LoadSpec:
             raise ConfigurationError(f"schema_drift {self.schema_drift!r} is not one of {SCHEMA_POLICIES}")
         if self.engine == "delta-spark" and (self.restate or self.quarantine_table_uri):
             raise ConfigurationError("restatement and quarantine need engine='delta-rs'")
+        if self.quarantine_table_uri and normalise(self.quarantine_table_uri) == normalise(self.table_uri):
+            raise ConfigurationError("quarantine_table_uri must be another table than table_uri")
         if not self.attempt_id:
             self.attempt_id = uuid.uuid4().hex[:16]
 
@@ -118,33 +122,14 @@ def resolve_transform(path: str) -> Transform:
     return fn  # type: ignore[no-any-return]
 
 
-def _commit_quarantine(spec: LoadSpec, plan: Plan, bad: DataFrame, manifest: Manifest) -> None:
-    """Commit the batch's malformed records to the quarantine table under their own marker."""
-    from airflow_eod.spark.staging import stage_dataframe
-
-    assert spec.quarantine_table_uri is not None
-    staged = stage_dataframe(bad, spec.quarantine_table_uri, plan.key, spec.generation, spec.attempt_id, [])
-    q_manifest = replace(
-        manifest, rows=staged.rows, files=len(staged.files), extra={"quarantine_of": spec.table_uri}
-    )
-    ours, status = commit_batch(
-        spec.quarantine_table_uri,
-        plan.key,
-        spec.generation,
-        staged,
-        q_manifest,
-        try_number=spec.try_number,
-        replace_previous=spec.restate,
-    )
-    log.warning(
-        "batch %s: %d malformed record(s) %s the quarantine table %s (version %s)",
-        plan.key,
-        q_manifest.rows if ours else (status.manifest.rows if status.manifest else -1),
-        "committed to" if ours else "already in",
-        spec.quarantine_table_uri,
-        status.table_version,
-    )
-    remove_uncommitted_attempts(spec.quarantine_table_uri, status)
+def _partitioning(spec: LoadSpec) -> list[str]:
+    """The partition columns to stage with: the table's own once it exists. Staging files
+    unpartitioned into a partitioned table would commit rows whose partition column reads
+    back as null; a ``partition_by`` that disagrees with the table fails the schema check."""
+    table = open_table(spec.table_uri)
+    if table is None or not table.metadata().partition_columns:
+        return list(spec.partition_by)
+    return list(spec.partition_by) or list(table.metadata().partition_columns)
 
 
 def _write(
@@ -167,7 +152,7 @@ def _write(
     from airflow_eod.spark.staging import stage_dataframe
 
     staged = stage_dataframe(
-        spark_df, spec.table_uri, batch, spec.generation, spec.attempt_id, spec.partition_by
+        spark_df, spec.table_uri, batch, spec.generation, spec.attempt_id, _partitioning(spec)
     )
     source.verify(plan, ctx)  # an input that changed while Spark read it fails here
     fault_point("after_stage", try_number=spec.try_number)
@@ -200,13 +185,14 @@ def run_load(
     plan = Plan(**spec.plan)
     batch = plan.key
     source = source_from_dict(spec.source)
-    ctx = ReadContext(spark_factory=lambda: spark, credentials=credentials)
+    ctx = ReadContext(spark_factory=lambda: spark, credentials=credentials, schema_drift=spec.schema_drift)
     table = open_table(spec.table_uri)
     status = ask_table(table, batch, spec.generation)
     if status.committed:
         log.info(
             "batch %s: already committed (generation %s); writing nothing", batch, status.committed_generation
         )
+        deliver_outbox(spec.table_uri, status, try_number=spec.try_number)  # a crash may have cut it off
         remove_uncommitted_attempts(spec.table_uri, status)
         return result_from_status(spec.table_uri, status, ALREADY_COMMITTED)
     manifest = Manifest(
@@ -234,14 +220,27 @@ def run_load(
         df, bad, persisted = split_malformed(
             source.read(plan, ctx), batch.label, quarantine=spec.quarantine_table_uri is not None
         )
-        if bad is not None:
-            _commit_quarantine(spec, plan, bad, manifest)
+        if spec.quarantine_table_uri is not None:
+            # Staged, not committed: the rejects ride in the main commit as its outbox.
+            outbox = stage_outbox(
+                spec.quarantine_table_uri,
+                batch,
+                spec.generation,
+                spec.attempt_id,
+                bad,
+                replace_previous=spec.restate or spec.generation > 0,
+            )
+            manifest = with_outbox(manifest, outbox)
         if fn is not None:
             df = fn(df)
         ours, status = _write(df, spec, plan, manifest, source, ctx)
     except Exception as exc:
         decided = decide_after_failure(spec.table_uri, batch, spec.generation, exc)
         if decided is not None:
+            # A racer (or this attempt, before it failed) committed: its outbox is due too.
+            deliver_outbox(
+                spec.table_uri, ask(spec.table_uri, batch, spec.generation), try_number=spec.try_number
+            )
             return decided
         if isinstance(exc, EodError):
             raise
@@ -252,6 +251,7 @@ def run_load(
         if persisted is not None:
             persisted.unpersist()
     fault_point("after_commit", try_number=spec.try_number)
+    deliver_outbox(spec.table_uri, status, try_number=spec.try_number)
     remove_uncommitted_attempts(spec.table_uri, status)
     outcome = COMMITTED if ours else ALREADY_COMMITTED
     log.info(

@@ -11,11 +11,15 @@ if TYPE_CHECKING:
 
 # Settings the protocol depends on: timestamps as TIMESTAMP_MICROS (what Delta readers
 # expect, not INT96), UTC session time, and no _SUCCESS marker files among data files.
+# Local files go through Hadoop's RawLocalFileSystem: the default ChecksumFileSystem derives
+# a ".<name>.crc" path that is an invalid URI for a landing file named like "a:b.csv", so
+# such a planned file could not be read (and it writes .crc side files nobody needs).
 REQUIRED_CONF: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.session.timeZone": "UTC",
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
     "spark.sql.sources.partitionOverwriteMode": "static",
+    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
 }
 LOCAL_DEFAULTS: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -49,7 +53,9 @@ def get_session(
     for key, value in REQUIRED_CONF.items():
         if not key.startswith("spark.hadoop."):
             spark.conf.set(key, value)
-    spark.sparkContext._jsc.hadoopConfiguration().set(  # type: ignore[union-attr]
-        "mapreduce.fileoutputcommitter.marksuccessfuljobs", "false"
-    )
+    # A session that existed before this call did not take the builder's spark.hadoop.* keys.
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    for key, value in REQUIRED_CONF.items():
+        if key.startswith("spark.hadoop."):
+            hadoop_conf.set(key.removeprefix("spark.hadoop."), value)
     return spark

@@ -1,0 +1,141 @@
+"""Spark paths and CSV headers of landing files, read before any Spark work.
+
+Spark's reader treats every path as a Hadoop glob, so :func:`spark_path` escapes glob
+characters, and :func:`path_of_uri` turns what Spark reports back into a local path. A CSV
+header is read here, in Python, with the reader options' dialect (separator, quote,
+escape, encoding, comment, line separator, a byte-order mark, gzip or bzip2), so that
+columns can be matched by name.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_GLOB_CHARS = re.compile(r"([\\\[\]{}*?])")
+# Enough of a file's start to hold its header; a header longer than this reads truncated.
+_HEAD_BYTES = 1 << 16
+# Codecs Hadoop decompresses by file extension that Python's standard library cannot.
+_SPARK_ONLY_CODECS = (".deflate", ".lz4", ".snappy", ".zst", ".zstd")
+
+
+def spark_path(path: str) -> str:
+    """The URI that makes Spark read exactly the local file ``path`` (glob characters escaped).
+
+    :param path: an absolute local path.
+    """
+    return "file://" + _GLOB_CHARS.sub(r"\\\1", path)
+
+
+def path_of_uri(uri: str) -> str:
+    """The local path of a file URI as Spark reports it (percent-encoded, or not).
+
+    :param uri: e.g. ``file:///landing/x%5B1%5D.csv``.
+    """
+    return unquote(urlparse(uri).path)
+
+
+@dataclass(frozen=True)
+class CsvDialect:
+    """How Spark splits a CSV file, as far as reading a header or a record in Python needs.
+
+    :param header: whether each file's first line names its columns.
+    :param sep: the field separator.
+    :param quote: the quote character (empty: no quoting).
+    :param escape: the escape character inside quoted values.
+    :param encoding: the files' character set.
+    :param comment: lines starting with it are skipped (empty: none).
+    :param line_sep: the line separator (empty: any of ``\\n``, ``\\r\\n``, ``\\r``).
+    :param null_value: the text that reads as null.
+    """
+
+    header: bool = False
+    sep: str = ","
+    quote: str = '"'
+    escape: str = "\\"
+    encoding: str = "utf-8"
+    comment: str = ""
+    line_sep: str = ""
+    null_value: str = ""
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> CsvDialect:
+        """The dialect Spark's CSV reader uses with ``options`` (keys in lower case)."""
+        return cls(
+            header=options.get("header", "false").strip().lower() == "true",
+            sep=_unescape(options.get("sep", options.get("delimiter", ","))),
+            quote=options.get("quote", '"'),
+            escape=options.get("escape", "\\"),
+            encoding=options.get("encoding", options.get("charset", "utf-8")),
+            comment=options.get("comment", ""),
+            line_sep=options.get("linesep", ""),
+            null_value=options.get("nullvalue", ""),
+        )
+
+    def first_record(self, text: str) -> list[str] | None:
+        """The first record of ``text`` as this dialect splits it (blank and comment lines
+        skipped); ``None`` when there is none."""
+        lines = (
+            ln
+            for ln in (text.split(self.line_sep) if self.line_sep else text.splitlines(keepends=True))
+            if ln.strip() and not (self.comment and ln.startswith(self.comment))
+        )
+        if len(self.sep) != 1:  # Python's csv module takes one-character separators only
+            return next((ln.rstrip("\r\n").split(self.sep) for ln in lines), None)
+        escape = self.escape if self.escape and self.escape != self.quote else None
+        if self.quote:
+            reader = csv.reader(lines, delimiter=self.sep, quotechar=self.quote, escapechar=escape)
+        else:
+            reader = csv.reader(lines, delimiter=self.sep, escapechar=escape, quoting=csv.QUOTE_NONE)
+        try:
+            return next(reader, None)
+        except csv.Error:
+            first = next(iter(text.splitlines()), "")
+            return first.split(self.sep) if first.strip() else None
+
+
+def _unescape(sep: str) -> str:
+    """Spark accepts separators written as escapes (``\\t``, ``\\u0001``)."""
+    if sep.startswith("\\") and len(sep) > 1:
+        try:
+            return sep.encode("latin-1").decode("unicode_escape")
+        except (UnicodeDecodeError, UnicodeEncodeError):
+            return sep
+    return sep
+
+
+def _head_text(path: str, encoding: str, spark: SparkSession | None) -> str:
+    """The first part of a (possibly compressed) file, decoded."""
+    lower = path.lower()
+    if lower.endswith(_SPARK_ONLY_CODECS) and spark is not None:
+        rows = spark.read.text(spark_path(path)).limit(64).collect()
+        return "\n".join(r[0] for r in rows)
+    opener: Any = gzip.open if lower.endswith(".gz") else bz2.open if lower.endswith(".bz2") else open
+    with opener(path, "rb") as fh:
+        raw: bytes = fh.read(_HEAD_BYTES)
+    return raw.decode(encoding, errors="replace")
+
+
+def csv_header(path: str, dialect: CsvDialect, spark: SparkSession | None = None) -> list[str] | None:
+    """The column names in a CSV file's header; ``None`` when the file holds no line.
+
+    :param path: the local file.
+    :param dialect: how the file is split.
+    :param spark: reads files whose codec Python lacks.
+    :raises OSError, LookupError: the file cannot be read, or the encoding is unknown.
+    """
+    text = _head_text(path, dialect.encoding, spark).removeprefix("\ufeff")
+    # The head, not its first line: a quoted header name may hold a line break.
+    header = dialect.first_record(text)
+    return None if header is None else [name.strip() for name in header]
+
+

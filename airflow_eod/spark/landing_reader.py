@@ -1,0 +1,419 @@
+"""Reading a landing batch: exactly the planned files, every column matched by name, and no
+column the files carry dropped without a word.
+
+This module owns the step from a frozen landing-files plan to the DataFrame the load writes:
+
+- **Exactly the planned files.** Spark's reader treats every path as a Hadoop glob, so a
+  planned ``x[1].csv`` would read ``x1.csv`` instead. Every path is glob-escaped, and once
+  Spark has resolved the paths, the files it will read are compared with the plan: any
+  difference fails the batch before a row is read.
+- **CSV columns by header name.** With ``header=true`` Spark matches a schema to the
+  columns by position. Headers are read here first, in Python, before any Spark work;
+  files are grouped by header, each group is read with the schema in its header's order,
+  and the groups are selected in the schema's order and unioned. A file lacking a declared
+  column fails the batch.
+- **Columns the schema lacks.** With a declared schema, a column the files carry and the
+  schema does not declare fails the batch under ``schema_drift="fail"``, and is read under
+  ``"add_columns"`` (CSV as STRING, JSON and Parquet with their own type).
+- The corrupt-record column carries the records' layout as field metadata, so
+  :mod:`airflow_eod.spark.bad_records` can tell which column of a malformed record failed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from airflow_eod.core.errors import BatchError, MalformedInputError, SchemaMismatchError
+from airflow_eod.core.table_check import SCHEMA_ADD_COLUMNS
+from airflow_eod.spark.bad_records import CORRUPT_COLUMN, LAYOUT_METADATA_KEY
+from airflow_eod.spark.landing_paths import CsvDialect, csv_header, path_of_uri, spark_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
+    from pyspark.sql.types import StructField, StructType
+
+    from airflow_eod.core.plan_log import Plan
+
+_NAMED = 5  # problems spelled out in one error message
+
+
+# -- the batch -----------------------------------------------------------------------------
+def read_landing_batch(
+    spark: SparkSession,
+    plan: Plan,
+    *,
+    file_format: str,
+    schema: str | None,
+    read_options: Mapping[str, str],
+    default_options: Mapping[str, str],
+    schema_drift: str,
+) -> DataFrame:
+    """A DataFrame of exactly the planned files, columns matched by name.
+
+    :param spark: the driver's session.
+    :param plan: the frozen plan; its inputs are the files.
+    :param file_format: ``csv``, ``json`` or ``parquet``.
+    :param schema: the declared Spark DDL schema, if any.
+    :param read_options: the user's Spark reader options (a ``mode`` among them turns off
+        the malformed-record counting).
+    :param default_options: the source's defaults under ``read_options``.
+    :param schema_drift: ``fail`` or ``add_columns``: what a column the schema lacks does.
+    :raises SchemaMismatchError: headers or file columns do not match the schema.
+    :raises BatchError: Spark resolved other files than the plan holds.
+    """
+    from pyspark.sql.types import StringType, StructField
+
+    label = plan.key.label
+    # Spark's option names are case-insensitive; one spelling each keeps the merge honest.
+    user = {k.lower(): str(v) for k, v in read_options.items()}
+    options = {**{k.lower(): str(v) for k, v in default_options.items()}, **user}
+    permissive = bool(schema) and file_format in ("csv", "json") and "mode" not in user
+    if permissive:
+        options.update(mode="PERMISSIVE", columnnameofcorruptrecord=CORRUPT_COLUMN)
+    if not plan.inputs:
+        if not schema:
+            raise BatchError(
+                label,
+                "the batch has no files and the source has no schema to describe an empty batch; "
+                "give the operator a schema",
+            )
+        return spark.createDataFrame([], schema)
+    declared = spark.createDataFrame([], schema).schema if schema else None
+    paths = [str(e["path"]) for e in plan.inputs]
+    corrupt = StructField(CORRUPT_COLUMN, StringType(), True) if permissive else None
+    reader = spark.read.format(file_format).options(**options)
+    if file_format == "csv":
+        df = _read_csv(spark, reader, label, paths, declared, options, schema_drift, corrupt)
+    elif file_format == "json":
+        df = _read_json(spark, reader, label, paths, declared, options, schema_drift, corrupt)
+    else:
+        df = _read_parquet(spark, reader, label, paths, declared, options, schema_drift)
+    check_resolved(label, paths, resolved_files(df))
+    return df
+
+
+def _layout(file_format: str, options: Mapping[str, str]) -> dict[str, str]:
+    """What bad_records needs to re-parse a malformed record in Python."""
+    body: dict[str, Any] = {
+        "format": file_format,
+        "date_format": options.get("dateformat", ""),
+        "timestamp_format": options.get("timestampformat", ""),
+    }
+    if file_format == "csv":
+        body["csv"] = asdict(CsvDialect.from_options(options))
+    return {LAYOUT_METADATA_KEY: json.dumps(body, sort_keys=True)}
+
+
+def _col(name: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _project(
+    df: DataFrame,
+    present: Mapping[str, str],
+    out: Sequence[StructField],
+    corrupt: StructField | None,
+    layout: dict[str, str],
+) -> DataFrame:
+    """``df`` in the output's column order: a column the group lacks is null, and the
+    corrupt-record column carries the layout.
+
+    :param present: lower-case output name -> the group's column name.
+    """
+    from pyspark.sql import functions as F
+
+    cols = [
+        _col(present[f.name.lower()]).alias(f.name)
+        if f.name.lower() in present
+        else F.lit(None).cast(f.dataType).alias(f.name)
+        for f in out
+    ]
+    if corrupt is not None:
+        cols.append(_col(CORRUPT_COLUMN).alias(CORRUPT_COLUMN, metadata=layout))
+    return df.select(*cols)
+
+
+def _union(frames: Sequence[DataFrame]) -> DataFrame:
+    return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+
+
+def _problems(what: str, problems: Sequence[str], hints: Sequence[str]) -> str:
+    shown = "; ".join(problems[:_NAMED])
+    more = f" (and {len(problems) - _NAMED} more)" if len(problems) > _NAMED else ""
+    return f"{what}: {shown}{more}; nothing was committed. " + " ".join(hints)
+
+
+def _drift_hint(kind: str) -> str:
+    return (
+        "Add the column(s) to the schema, or set schema_drift='add_columns' to load them as new "
+        f"nullable {kind} column(s)"
+    )
+
+
+# -- CSV -----------------------------------------------------------------------------------
+def _read_csv(
+    spark: SparkSession,
+    reader: DataFrameReader,
+    label: str,
+    paths: list[str],
+    declared: StructType | None,
+    options: Mapping[str, str],
+    schema_drift: str,
+    corrupt: StructField | None,
+) -> DataFrame:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    dialect = CsvDialect.from_options(options)
+    layout = _layout("csv", options)
+    if not dialect.header:
+        if declared is None:
+            return reader.load([spark_path(p) for p in paths])
+        df = reader.schema(StructType(list(declared.fields) + ([corrupt] if corrupt else []))).load(
+            [spark_path(p) for p in paths]
+        )
+        return _project(
+            df, {f.name.lower(): f.name for f in declared.fields}, declared.fields, corrupt, layout
+        )
+    headers: dict[str, list[str] | None] = {}
+    for p in paths:
+        try:
+            headers[p] = csv_header(p, dialect, spark)
+        except (OSError, LookupError) as exc:
+            raise BatchError(label, f"cannot read the header of {p}: {exc}; nothing was committed") from exc
+    if declared is None:
+        return _read_csv_without_schema(reader, paths, headers)
+    by_name = {f.name.lower(): f for f in declared.fields}
+    missing: list[str] = []
+    unnamed: list[str] = []
+    new: list[str] = []
+    extras: dict[str, StructField] = {}  # in order of first appearance
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for p in paths:
+        header = headers[p]
+        if header is None:  # an empty file: no rows, any layout reads it
+            groups.setdefault(tuple(f.name for f in declared.fields), []).append(p)
+            continue
+        seen: set[str] = set()
+        names: list[str] = []
+        for i, name in enumerate(header):
+            key = name.lower()
+            if not name or key in seen:
+                unnamed.append(f"{p} has {'no name' if not name else f'{name} twice'} in column {i + 1}")
+            seen.add(key)
+            if key in by_name:
+                names.append(by_name[key].name)
+            else:
+                names.append(name or f"_c{i}")
+                if name:
+                    new.append(f"{p} has column {name}")
+                    extras.setdefault(key, StructField(name, StringType(), True))
+        lacking = [f.name for f in declared.fields if f.name.lower() not in seen]
+        if lacking:
+            missing.append(f"{p} lacks the declared column(s) {', '.join(lacking)}")
+        groups.setdefault(tuple(names), []).append(p)
+    if missing or unnamed or (new and schema_drift != SCHEMA_ADD_COLUMNS):
+        hints = ["CSV columns are matched to the schema by header name (case-insensitive)."]
+        if missing or unnamed:
+            hints.append("Fix the files' headers, or the schema.")
+        if new and schema_drift != SCHEMA_ADD_COLUMNS:
+            hints.append(_drift_hint("STRING"))
+        problems = missing + unnamed + ([] if schema_drift == SCHEMA_ADD_COLUMNS else new)
+        raise SchemaMismatchError(
+            label, _problems("the CSV headers do not match the schema", problems, hints)
+        )
+    out = list(declared.fields) + list(extras.values())
+    types = {f.name.lower(): f.dataType for f in out}
+    frames = []
+    for order, group in groups.items():
+        read_schema = StructType(
+            [StructField(n, types[n.lower()], True) for n in order] + ([corrupt] if corrupt else [])
+        )
+        df = reader.schema(read_schema).load([spark_path(p) for p in group])
+        frames.append(_project(df, {n.lower(): n for n in order}, out, corrupt, layout))
+    return _union(frames)
+
+
+def _read_csv_without_schema(
+    reader: DataFrameReader, paths: list[str], headers: Mapping[str, list[str] | None]
+) -> DataFrame:
+    """Without a schema Spark takes the first file's header for every file: files with
+    another header are read on their own and joined by column name."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    empty: list[str] = []
+    for p in paths:
+        header = headers[p]
+        if header is None:
+            empty.append(p)
+        else:
+            groups.setdefault(tuple(n.lower() for n in header), []).append(p)
+    if not groups:
+        return reader.load([spark_path(p) for p in paths])
+    lists = list(groups.values())
+    lists[0] = lists[0] + empty  # an empty file has no rows: any group may read it
+    return _union([reader.load([spark_path(p) for p in group]) for group in lists])
+
+
+# -- JSON ----------------------------------------------------------------------------------
+def _read_json(
+    spark: SparkSession,
+    reader: DataFrameReader,
+    label: str,
+    paths: list[str],
+    declared: StructType | None,
+    options: Mapping[str, str],
+    schema_drift: str,
+    corrupt: StructField | None,
+) -> DataFrame:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    uris = [spark_path(p) for p in paths]
+    if declared is None:
+        return reader.load(uris)
+    # The files' own top-level fields: one more pass over the batch (JSON has no header).
+    infer = {
+        **options,
+        "mode": "PERMISSIVE",
+        "columnnameofcorruptrecord": CORRUPT_COLUMN,
+        "samplingratio": "1.0",
+    }
+    inferred = spark.read.format("json").options(**infer).load(uris).schema
+    # Spark matches JSON keys to the schema case-sensitively: `ID` never fills `id`.
+    names = {f.name for f in declared.fields}
+    extras = [f for f in inferred.fields if f.name not in names and f.name != CORRUPT_COLUMN]
+    if extras and schema_drift != SCHEMA_ADD_COLUMNS:
+        probe = spark.read.format("json").options(**infer).schema(StructType(extras)).load(uris)
+        flags = [F.max(_col(f.name).isNotNull().cast("int")).alias(f.name) for f in extras]
+        holders = probe.groupBy(F.input_file_name().alias("_eod_file")).agg(*flags).collect()
+        problems = []
+        for f in extras:
+            files = sorted(path_of_uri(r["_eod_file"]) for r in holders if r[f.name])
+            where = ", ".join(files[:_NAMED]) if files else "the batch's files (always null)"
+            problems.append(f"{where} carry field {f.name} ({f.dataType.simpleString()})")
+        raise SchemaMismatchError(
+            label,
+            _problems(
+                "the JSON files carry fields the schema does not declare (names are case-sensitive)",
+                problems,
+                [_drift_hint("")],
+            ),
+        )
+    out = list(declared.fields) + extras
+    df = reader.schema(StructType(out + ([corrupt] if corrupt else []))).load(uris)
+    return _project(df, {f.name.lower(): f.name for f in out}, out, corrupt, _layout("json", options))
+
+
+# -- Parquet -------------------------------------------------------------------------------
+def _parquet_columns(path: str, label: str) -> list[str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return list(pq.read_schema(path).names)
+    except (OSError, pa.ArrowException) as exc:
+        raise MalformedInputError(
+            label, f"{path} is not a readable Parquet file ({exc}); nothing was committed. Replace the file"
+        ) from exc
+
+
+def _read_parquet(
+    spark: SparkSession,
+    reader: DataFrameReader,
+    label: str,
+    paths: list[str],
+    declared: StructType | None,
+    options: Mapping[str, str],
+    schema_drift: str,
+) -> DataFrame:
+    from pyspark.sql.types import StructType
+
+    footers = {p: _parquet_columns(p, label) for p in paths}
+    uris = [spark_path(p) for p in paths]
+    if declared is None:
+        shapes = {frozenset(n.lower() for n in cols) for cols in footers.values()}
+        if len(shapes) > 1 and "mergeschema" not in options:
+            # Spark would take one file's footer for all and drop the others' columns.
+            reader = reader.option("mergeSchema", "true")
+        return reader.load(uris)
+    names = {f.name.lower() for f in declared.fields}
+    carriers: dict[str, list[str]] = {}  # lower-case new column -> files that carry it
+    for p, cols in footers.items():
+        for c in cols:
+            if c.lower() not in names:
+                carriers.setdefault(c.lower(), []).append(p)
+    if not carriers:
+        return reader.schema(declared).load(uris)
+    holders = sorted({p for files in carriers.values() for p in files})
+    merged = spark.read.format("parquet").option("mergeSchema", "true").load([spark_path(p) for p in holders])
+    extras = [f for f in merged.schema.fields if f.name.lower() in carriers]
+    if schema_drift != SCHEMA_ADD_COLUMNS:
+        problems = [
+            f"{', '.join(carriers[f.name.lower()][:_NAMED])} carry column {f.name} "
+            f"({f.dataType.simpleString()})"
+            for f in extras
+        ]
+        raise SchemaMismatchError(
+            label,
+            _problems(
+                "the Parquet files carry columns the schema does not declare", problems, [_drift_hint("")]
+            ),
+        )
+    return reader.schema(StructType(list(declared.fields) + extras)).load(uris)
+
+
+# -- what Spark resolved -------------------------------------------------------------------
+def resolved_files(df: DataFrame) -> list[str]:
+    """The local path of every file ``df`` scans, once per scan of it.
+
+    ``DataFrame.inputFiles()`` is a set, so a file resolved twice (a glob and a plain path
+    naming the same file) shows once there; the file relations' own lists keep repeats.
+    """
+    try:
+        leaves = df._jdf.queryExecution().optimizedPlan().collectLeaves()
+        uris: list[str] = []
+        for i in range(leaves.size()):
+            leaf = leaves.apply(i)
+            if leaf.getClass().getSimpleName() == "LogicalRelation":
+                uris.extend(leaf.relation().inputFiles())
+    except Exception:  # another Spark's internals: fall back on the public, de-duplicated list
+        uris = list(df.inputFiles())
+    return [path_of_uri(u) for u in uris]
+
+
+def check_resolved(label: str, planned: Sequence[str], resolved: Sequence[str]) -> None:
+    """Fail unless Spark resolved each planned file exactly once and nothing else.
+
+    :param label: the batch.
+    :param planned: the plan's files.
+    :param resolved: the files Spark's index resolved (:func:`resolved_files`).
+    :raises BatchError: naming the files that differ.
+    """
+    want = Counter(os.path.normpath(p) for p in planned)
+    have = Counter(os.path.normpath(p) for p in resolved)
+    if want == have:
+        return
+    parts = []
+    unread = sorted(want - have)
+    if unread:
+        parts.append(f"planned but not read: {', '.join(unread[:_NAMED])}")
+    unplanned = sorted(p for p in have if p not in want)
+    if unplanned:
+        parts.append(f"read but not planned: {', '.join(unplanned[:_NAMED])}")
+    repeated = sorted(p for p, n in have.items() if p in want and n > want[p])
+    if repeated:
+        parts.append(f"read more than once: {', '.join(repeated[:_NAMED])}")
+    raise BatchError(
+        label,
+        "Spark resolved other files than the batch's plan holds ("
+        + "; ".join(parts)
+        + "); nothing was committed. This is a bug in handing the paths to Spark: rename the "
+        "odd files (avoid [ ] { } * ? \\ in names) and report it",
+    )
