@@ -400,29 +400,39 @@ def test_the_same_files_under_another_mount_path_are_refused(
     remount = str(tmp_path / "mnt" / "landing")
     os.makedirs(os.path.dirname(remount))
     os.system(f"cp -a {landing} {remount}")  # the same files, names, sizes and mtimes elsewhere
-    with pytest.raises(Exception, match="another mount"):
+    with pytest.raises(Exception, match="frontier belongs to one source"):
         orders_source(remount).plan(
             PlanLog(table, PIPELINE), run_token="r1", is_committed=lambda k: ask(table, k).committed
         )
 
 
-def test_record_of_a_recreated_table_is_not_believed(spark: Any, landing: str, table: str) -> None:
-    write_order_files(landing, 1, 5)
-    source = orders_source(landing, boundary="interval")
-    plan = _interval_plan(source, table, DAY, DAY + timedelta(days=1))
-    run_load(spark, spec_for(source, table, plan))
-    # Someone drops the table's log (not the plan log) and starts over at the same path.
+def test_a_plan_log_left_behind_by_a_dropped_table_is_refused_until_moved_aside(
+    spark: Any, landing: str, table: str
+) -> None:
+    """An offset pipeline's plan log says which batches were loaded; for a table dropped and
+    re-created at the same path, its older batches would count as loaded and never come back."""
     import shutil
 
+    source = orders_source(landing)
+    for i in range(2):
+        write_order_files(landing, 1, 5, first_id=1 + 100 * i)
+        run_load(spark, spec_for(source, table, plan_for(source, table, run=f"r{i}")))
     shutil.rmtree(os.path.join(table, "_delta_log"))
     shutil.rmtree(os.path.join(table, "eod_data"))
-    assert not ask(table, plan.key).committed
-    assert run_load(spark, spec_for(source, table, plan)).outcome == "committed"
-    assert ask(table, plan.key).committed
+    with pytest.raises(UnsupportedTableError, match=r"belongs to table .* dropped and re-created"):
+        plan_for(source, table, run="r2")
+    # The documented way out: move the plan log aside; every batch loads again, once.
+    shutil.move(os.path.join(table, "_eod"), os.path.join(os.path.dirname(table), "_eod.old"))
+    while (
+        nxt := source.plan(
+            PlanLog(table, PIPELINE),
+            run_token=f"again-{time.time()}",
+            is_committed=lambda k: ask(table, k).committed,
+        )
+    ) is not None:
+        run_load(spark, spec_for(source, table, nxt))
     cmp = check(table, landing)
-    assert cmp.exact, cmp.describe()
-    records = os.listdir(os.path.join(table, "_eod", "pipelines", PIPELINE, "batches", plan.batch_key))
-    assert len(records) == 2 and f"g0.{DeltaTable(table).metadata().id}.json" in records
+    assert cmp.exact and cmp.table_rows == 10, cmp.describe()
 
 
 def test_a_later_load_without_partition_by_keeps_the_tables_partitioning(
@@ -487,3 +497,38 @@ def test_offset_plans_written_before_paths_were_canonical_still_count_as_loaded(
     with open(path, "w") as fh:
         json.dump(body, fh)
     assert source.plan(PlanLog(table, PIPELINE), run_token="r1", is_committed=lambda k: True) is None
+
+
+@pytest.mark.airflow
+def test_a_retried_restatement_refreezes_once_after_the_source_is_fixed(
+    spark: Any, landing: str, table: str
+) -> None:
+    """Case 12 through the operator: try 1 of a restating run froze generation 1 and failed
+    because the file changed again; after the fix, try 2 of the same run re-freezes (once),
+    and try 3 finds that generation committed."""
+    from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
+    from airflow_eod.sources.base import ReadContext
+
+    write_order_files(landing, 1, 10)
+    source = orders_source(landing, boundary="interval")
+    plan = _interval_plan(source, table, DAY, DAY + timedelta(days=1))
+    run_load(spark, spec_for(source, table, plan))
+    op = LandingFilesToDeltaOperator(task_id="load", landing_path=landing, table_uri=table)
+    log, ctx = PlanLog(table, PIPELINE), ReadContext(spark_factory=lambda: spark)
+    path = plan.inputs[0]["path"]
+
+    try1 = op._restated(log, plan, source, ctx, "restate-run", 0)
+    assert try1.generation == 1
+    with open(path, "a") as fh:  # the file changes under try 1
+        fh.write("777,x,1.00,2026-11-21,2026-11-21T00:00:00Z\n")
+    with pytest.raises(InputChangedError):
+        run_load(spark, spec_for(source, table, try1, restate=True))
+    with open(path, "a") as fh:  # the fix
+        fh.write("778,y,2.00,2026-11-21,2026-11-21T00:00:00Z\n")
+    try2 = op._restated(log, plan, source, ctx, "restate-run", 0)
+    assert try2.generation == 2
+    assert run_load(spark, spec_for(source, table, try2, restate=True, try_number=2)).rows == 12
+    try3 = op._restated(log, plan, source, ctx, "restate-run", 2)
+    assert try3 == try2, "a retry after the commit does not restate again"
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 12, cmp.describe()

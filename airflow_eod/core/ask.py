@@ -104,6 +104,14 @@ def ask_table(table: DeltaTable | None, batch: BatchKey, generation: int = 0) ->
         record = record_at(plan_log, table, batch, committed) or repair_record(
             plan_log, table, batch, committed
         )
+    elif marker is None and record is not None:
+        # No marker (expired): a newer generation may have committed and died before its
+        # record. Only then is the log searched, and only while that commit is still in it.
+        for newer in range(plan_log.newest_generation(batch.key), record.generation, -1):
+            found = repair_record(plan_log, table, batch, newer)
+            if found is not None:
+                record, committed = found, newer
+                break
     return BatchStatus(
         batch,
         generation,

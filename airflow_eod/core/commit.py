@@ -13,7 +13,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
@@ -31,7 +31,7 @@ from airflow_eod.core.commit_record import CommitRecord, write_record
 from airflow_eod.core.errors import BatchError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.plan_log import PlanLog, check_table_identity
 from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
 from airflow_eod.core.table_layout import batch_dir, local_path
 
@@ -204,20 +204,23 @@ def live_files(table: DeltaTable) -> list[dict[str, Any]]:
     return adds
 
 
-def batch_files(table: DeltaTable, batch: BatchKey) -> list[RemoveAction]:
-    """Remove actions for every file of ``batch`` that the snapshot holds, at any generation."""
+def batch_files(table: DeltaTable, batch: BatchKey, extra: Sequence[str] = ()) -> list[RemoveAction]:
+    """Remove actions for every file of ``batch`` that the snapshot holds, at any generation:
+    those under the batch's directory, and the live ones among ``extra`` (the files its
+    commit record lists, wherever they are)."""
     prefix = batch_dir(batch) + "/"
+    wanted = set(extra)
     now = int(time.time() * 1000)
     removes = []
     for a in live_files(table):
-        if not a["path"].startswith(prefix):
+        if not a["path"].startswith(prefix) and a["path"] not in wanted:
             continue
         parts = {k: _partition_string(v) for k, v in (a.get("partition_values") or {}).items()}
         removes.append(RemoveAction(a["path"], True, now, a["size_bytes"], parts or None))
     return removes
 
 
-def _replaced_files(
+def replaced_files(
     table: DeltaTable, batch: BatchKey, status: BatchStatus, label: str
 ) -> list[RemoveAction]:
     """The files a restatement removes, checked against what the table says it holds.
@@ -230,10 +233,10 @@ def _replaced_files(
         raise BatchError(
             label, "the table is append-only (delta.appendOnly=true): a batch cannot be restated"
         )
-    removes = batch_files(table, batch)
     gen = status.committed_generation
     if gen is None:
-        return removes  # never committed (a re-freeze): replace whatever a zombie may have landed
+        # Never committed (a re-freeze): replace whatever a zombie may have landed.
+        return batch_files(table, batch)
     if status.record is None:
         raise BatchError(
             label,
@@ -241,6 +244,13 @@ def _replaced_files(
             "itself are gone from the log, so which files hold its rows cannot be proven; it "
             "cannot be restated without risking duplicate rows (see the runbook, 'restating')",
         )
+    if not status.record.files and status.manifest is not None and status.manifest.rows > 0:
+        raise BatchError(
+            label,
+            f"the commit record of generation {gen} lists no files for its {status.manifest.rows} rows, "
+            "so they cannot be swapped out; it cannot be restated without risking duplicate rows",
+        )
+    removes = batch_files(table, batch, status.record.files)
     live = {r.path for r in removes}
     gone = [f for f in status.record.files if f not in live]
     if gone:
@@ -258,6 +268,7 @@ def _record_commit(
 ) -> None:
     table = open_table(path)
     assert table is not None  # we just committed to it
+    check_table_identity(path, str(table.metadata().id))
     record = CommitRecord(
         batch.key,
         generation,
@@ -292,9 +303,19 @@ def commit_batch(
     """
     path = local_path(table_uri)
     config = {RETENTION_KEY: DEFAULT_RETENTION, **(table_configuration or {})}
+    missing = [f.path for f in staged.files if not os.path.isfile(os.path.join(path, f.path))]
+    if missing:
+        # A VACUUM (or a person) removed staged files that were waiting for their commit: a
+        # commit of them would make every later read of the table fail.
+        raise BatchError(
+            batch.label,
+            f"{len(missing)} staged file(s) of generation {generation} are gone before their commit "
+            f"(e.g. {missing[0]}; VACUUM?); nothing was committed. Restate the batch to stage it again",
+        )
     adds = [f.add_action() for f in staged.files]
     for round_no in range(1, MAX_COMMIT_ROUNDS + 1):
         table = open_table(path)
+        check_table_identity(path, None if table is None else str(table.metadata().id))
         status = ask_table(table, batch, generation)
         if status.committed:
             return False, status
@@ -327,7 +348,7 @@ def commit_batch(
                 _check_not_nulls(table, staged, batch.label)
                 actions: list[AddAction | RemoveAction] = list(adds)
                 if replace_previous:
-                    actions += _replaced_files(table, batch, status, batch.label)
+                    actions += replaced_files(table, batch, status, batch.label)
                 fault_point("before_commit", try_number=try_number)
                 if widened is not None:
                     if replace_previous:

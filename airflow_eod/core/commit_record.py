@@ -29,7 +29,6 @@ from deltalake import DeltaTable
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
-from airflow_eod.core.table_layout import batch_dir
 
 log = logging.getLogger(__name__)
 
@@ -119,11 +118,12 @@ def find_commit(table: DeltaTable, batch: BatchKey, generation: int) -> tuple[in
     return None
 
 
-def commit_files(table_path: str, version: int, batch: BatchKey) -> list[str] | None:
-    """The batch's files added by commit ``version`` (decoded paths), or ``None`` when the
-    commit file is gone."""
+def commit_files(table_path: str, version: int) -> list[str] | None:
+    """Every file added by commit ``version`` (decoded paths), or ``None`` when the commit
+    file is gone. A commit that carries a batch's marker lands that batch and nothing else,
+    so these are the batch's files, wherever the engine put them (Delta Spark writes them
+    at the table root, not under the batch's directory)."""
     path = os.path.join(table_path, "_delta_log", f"{version:020d}.json")
-    prefix = batch_dir(batch) + "/"
     try:
         with open(path) as fh:
             lines = fh.read().splitlines()
@@ -133,9 +133,7 @@ def commit_files(table_path: str, version: int, batch: BatchKey) -> list[str] | 
     for line in lines:
         add = json.loads(line).get("add") if line.strip() else None
         if add is not None:
-            rel = unquote(add["path"])
-            if rel.startswith(prefix):
-                files.append(rel)
+            files.append(unquote(add["path"]))
     return sorted(files)
 
 
@@ -149,7 +147,7 @@ def repair_record(
     if found is None:
         return None
     version, manifest = found
-    files = commit_files(plan_log.table_path, version, batch)
+    files = commit_files(plan_log.table_path, version)
     if files is None:
         return None
     record = CommitRecord(batch.key, generation, str(table.metadata().id), version, asdict(manifest), files)

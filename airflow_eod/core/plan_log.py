@@ -31,7 +31,7 @@ from typing import Any
 
 from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey, fingerprint, validate_pipeline_id
-from airflow_eod.core.errors import PlanLogError
+from airflow_eod.core.errors import PlanLogError, UnsupportedTableError
 from airflow_eod.core.table_layout import META_DIR, local_path
 
 PLAN_FORMAT = 1
@@ -87,6 +87,40 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
 
+_TABLE_ID_FILE = "table.json"
+
+
+def check_table_identity(table_path: str, table_id: str | None) -> None:
+    """Bind the plan log beside a table to that table, and refuse it for any other.
+
+    The plan log remembers which batches an offset pipeline loaded. A table dropped and
+    re-created at the same path, with the old ``_eod/`` left behind, would otherwise have
+    its older offset batches counted as loaded (lost), and a deleted table would have them
+    all. The first commit's table id is written once; a different one is refused.
+    """
+    path = os.path.join(table_path, META_DIR, _TABLE_ID_FILE)
+    try:
+        with open(path) as fh:
+            bound = json.load(fh).get("table_id")
+    except FileNotFoundError:
+        bound = None
+    except ValueError:
+        raise PlanLogError(f"{path} is corrupt; see the runbook, 'a corrupt plan-log entry'") from None
+    if bound is None:
+        if table_id is not None:
+            put_if_absent(path, json.dumps({"table_id": table_id}))
+            check_table_identity(table_path, table_id)  # a racer may have bound another id
+        return
+    if bound != table_id:
+        now = "no Delta table" if table_id is None else f"table {table_id}"
+        raise UnsupportedTableError(
+            f"the plan log in {os.path.join(table_path, META_DIR)} belongs to table {bound}, and "
+            f"{table_path} now holds {now} (dropped and re-created?): its batches say nothing about "
+            "this table. Move the _eod directory aside to start every pipeline of this table "
+            "afresh (see the runbook, 'a table dropped and re-created')"
+        )
+
+
 class PlanLog:
     """The plan log of one pipeline on one table.
 
@@ -111,7 +145,8 @@ class PlanLog:
             return
         from airflow_eod.core.ask import open_table  # ask reads the plan log: import late
 
-        open_table(self.table_path)  # raises UnsupportedTableError for a foreign directory
+        table = open_table(self.table_path)  # raises UnsupportedTableError for a foreign directory
+        check_table_identity(self.table_path, None if table is None else str(table.metadata().id))
         self._target_checked = True
 
     def _put_if_absent(self, path: str, body: dict[str, Any]) -> bool:

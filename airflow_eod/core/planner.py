@@ -8,6 +8,7 @@ batch again instead of planning a new one.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -69,7 +70,17 @@ def plan_offset_batch(
         latest = plan_log.check_source(history[-1], source)
         assert latest.seq is not None
         return plan_log.get_offset_plan(plan_log.claim(run_token, latest.seq))
-    nxt = next_offsets(history)
+    if history and history[-1].source and source and history[-1].source != source:
+        # An offset pipeline's frontier belongs to its source: another directory or table
+        # (a mapped task whose expand list was reordered, an edited path) would be loaded
+        # from a frontier that is not its own.
+        raise ConfigurationError(
+            f"pipeline {plan_log.pipeline_id} loads {json.dumps(history[-1].source, sort_keys=True)}, "
+            f"and this run's source is {json.dumps(source, sort_keys=True)}: an offset pipeline's "
+            "frontier belongs to one source. Point the task back at it, or give the new source its "
+            "own pipeline_id (mapped tasks: a pipeline_id per mapped value)"
+        )
+    nxt = next_offsets([_newest_generation(plan_log, p) for p in history])
     if nxt is None:
         return None
     boundary, inputs = nxt
@@ -83,6 +94,14 @@ def plan_offset_batch(
         plan_log.check_source(stored, source)
     assert stored.seq is not None
     return plan_log.get_offset_plan(plan_log.claim(run_token, stored.seq))
+
+
+def _newest_generation(plan_log: PlanLog, plan: Plan) -> Plan:
+    """The newest generation planned for ``plan``'s batch: what the batch holds, or will.
+    A re-freeze may have dropped a planned file that was gone; that file was never loaded,
+    and if it is delivered again the next batch loads it."""
+    newest = plan_log.newest_generation(plan.batch_key)
+    return plan if newest == 0 else (plan_log.get_plan(plan.batch_key, newest) or plan)
 
 
 def plan_interval_batch(

@@ -33,12 +33,15 @@ def plan_restatement(
     :param committed_generation: the newest generation the table holds (``None``: none).
     :param replan: freezes the source again for a generation.
     """
-    newest = max(plan_log.newest_generation(plan.batch_key), committed_generation or 0)
-    target = plan_log.claim_restatement(run_token, plan.batch_key, newest + 1)
+    planned = plan_log.newest_generation(plan.batch_key)
+    target = plan_log.claim_restatement(
+        run_token, plan.batch_key, max(planned, committed_generation or 0) + 1
+    )
     existing = plan_log.get_plan(plan.batch_key, target)
     if existing is not None:
         return existing
-    return plan_log.put_plan(replan(plan, target))
+    # Re-freeze from the newest generation: a file an earlier re-freeze dropped stays out.
+    return plan_log.put_plan(replan(plan_log.get_plan(plan.batch_key, planned) or plan, target))
 
 
 def refreeze_restatement(
@@ -53,8 +56,7 @@ def refreeze_restatement(
     newest = plan_log.newest_generation(stale.batch_key)
     target = plan_log.reclaim_restatement(run_token, stale.batch_key, stale.generation, newest + 1)
     log.warning(
-        "batch %s: generation %d was never committed and its input changed; re-freezing it as "
-        "generation %d",
+        "batch %s: generation %d was never committed and its input changed; re-freezing it as generation %d",
         stale.key,
         stale.generation,
         target,

@@ -28,6 +28,13 @@ def local_path(table_uri: str) -> str:
         path = unquote(parsed.path) if parsed.scheme == "file" else table_uri
         if not path:
             raise ConfigurationError(f"table URI {table_uri!r} has no path")
+        if "%" in path:
+            # delta-rs percent-decodes table paths: "t%41b" would be read as "tAb", so the
+            # batch just committed could never be found again.
+            raise ConfigurationError(
+                f"table path {path!r} holds a '%', which delta-rs decodes as a URI escape; "
+                "choose a table path without '%'"
+            )
         return os.path.abspath(path)
     if len(parsed.scheme) == 1:  # a Windows drive letter, not a scheme
         return os.path.abspath(table_uri)

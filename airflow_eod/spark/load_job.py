@@ -229,6 +229,7 @@ def run_load(
                 spec.attempt_id,
                 bad,
                 replace_previous=spec.restate or spec.generation > 0,
+                main_table_uri=spec.table_uri,
             )
             manifest = with_outbox(manifest, outbox)
         if fn is not None:

@@ -28,10 +28,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core import table_check
-from airflow_eod.core.ask import BatchStatus, open_table
+from airflow_eod.core.ask import BatchStatus, ask_table, open_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
-from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch
+from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch, replaced_files
 from airflow_eod.core.errors import BatchError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.table_layout import attempt_dir, normalise
@@ -80,14 +80,31 @@ class Outbox:
         return cls(data["table_uri"], bool(data["replace_previous"]), StagedBatch(**staged, files=files))
 
 
-def _check_quarantine_table(quarantine_uri: str, label: str) -> None:
+def _check_quarantine_table(
+    quarantine_uri: str, batch: BatchKey, generation: int, replace_previous: bool, main_table_uri: str
+) -> None:
     """Refuse, before the main commit, a quarantine table the delivery could never commit to:
-    otherwise the main commit would land and every delivery after it would fail."""
+    otherwise the main commit would land and every delivery after it would fail. That
+    includes a replacement the quarantine table would refuse (append-only, or old rejects
+    that another writer's OPTIMIZE rewrote)."""
     table = open_table(quarantine_uri)  # a foreign, non-Delta directory raises here
     if table is None:
         return
     table_check.check_writable(table, quarantine_uri)
-    table_check.check_schema(table, QUARANTINE_SCHEMA_JSON, [], label)
+    table_check.check_schema(table, QUARANTINE_SCHEMA_JSON, [], batch.label)
+    status = ask_table(table, batch, generation)
+    owner = (status.manifest.extra or {}).get("quarantine_of") if status.manifest else None
+    if owner is not None and owner != normalise(main_table_uri):
+        # Deliveries are fenced by the batch's marker in the quarantine table; a second main
+        # table with the same pipeline id and batch key would find it taken and drop its rejects.
+        raise BatchError(
+            batch.label,
+            f"the quarantine table {quarantine_uri} already holds this batch for the table {owner}; "
+            "a quarantine table serves one main table per pipeline id: give this load its own "
+            "quarantine_table_uri or its own pipeline_id",
+        )
+    if replace_previous and not status.committed:
+        replaced_files(table, batch, status, f"{batch.label} (quarantine table {quarantine_uri})")
 
 
 def stage_outbox(
@@ -98,6 +115,7 @@ def stage_outbox(
     bad: DataFrame | None,
     *,
     replace_previous: bool,
+    main_table_uri: str,
 ) -> Outbox | None:
     """Stage the batch's malformed records in the quarantine table, uncommitted.
 
@@ -107,12 +125,13 @@ def stage_outbox(
     :param attempt_id: this attempt (names the staging directory).
     :param bad: the malformed records, or ``None`` when there are none.
     :param replace_previous: whether delivery replaces earlier generations' rejects.
+    :param main_table_uri: the table the rejects belong to.
     :returns: the outbox to put in the main manifest, or ``None`` when nothing needs to
         reach the quarantine table (no malformed records and nothing to replace).
     """
     if bad is None and not replace_previous:
         return None
-    _check_quarantine_table(quarantine_uri, batch.label)
+    _check_quarantine_table(quarantine_uri, batch, generation, replace_previous, main_table_uri)
     q_uri = normalise(quarantine_uri)
     if bad is None:
         empty = StagedBatch(QUARANTINE_SCHEMA_JSON, [], attempt_dir(batch, generation, attempt_id))
