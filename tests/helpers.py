@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 from dataclasses import asdict
+from datetime import datetime
 from typing import Any
 
 from airflow_eod.checker import Comparison, compare_table_with_landing
 from airflow_eod.core.ask import ask
 from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.restatement import plan_restatement
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import LoadSpec
@@ -29,6 +31,32 @@ def plan_for(source: LandingFilesSource, table: str, run: str = "run-1", pipelin
     )
     assert plan is not None
     return plan
+
+
+def interval_plan(source: Any, table: str, start: datetime, end: datetime, pipeline: str = PIPELINE) -> Plan:
+    """Plan the interval batch ``[start, end)`` (the run token names the interval)."""
+    plan = source.plan(
+        PlanLog(table, pipeline),
+        None,
+        run_token=f"run-{start.isoformat()}",
+        is_committed=lambda k: False,
+        interval=(start, end),
+    )
+    assert plan is not None
+    return plan
+
+
+def restate(source: Any, table: str, plan: Plan, run: str = "restate-run") -> Plan:
+    """Plan a restatement (committed batch) or re-freeze (never committed) of ``plan``'s
+    batch by the run ``run``, as the load operators do."""
+    committed = ask(table, plan.key).committed_generation
+    return plan_restatement(
+        PlanLog(table, plan.pipeline_id),
+        plan,
+        run_token=run,
+        committed_generation=committed,
+        replan=lambda p, g: source.replan(p, g, committed=committed is not None),
+    )
 
 
 def spec_for(source: LandingFilesSource, table: str, plan: Plan, try_number: int = 1, **kw: Any) -> LoadSpec:

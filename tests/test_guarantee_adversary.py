@@ -18,11 +18,10 @@ from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
 from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import Plan, PlanLog
-from airflow_eod.core.restatement import plan_restatement
+from airflow_eod.core.plan_log import Plan
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, write_order_files
 from airflow_eod.spark.load_job import run_load
-from tests.helpers import PIPELINE, check, orders_source, plan_for, spec_for
+from tests.helpers import PIPELINE, check, interval_plan, orders_source, plan_for, restate, spec_for
 
 pytestmark = [pytest.mark.guarantee, pytest.mark.spark]
 DAY = datetime(2026, 11, 10, tzinfo=UTC)
@@ -31,26 +30,7 @@ CSV_HEADER = "order_id,customer,amount,order_date,ordered_at\n"
 
 def _interval_plan(source: Any, table: str, day: int = 0, pipeline: str = PIPELINE) -> Plan:
     start = DAY + timedelta(days=day)
-    plan = source.plan(
-        PlanLog(table, pipeline),
-        None,
-        run_token=f"run-{day}",
-        is_committed=lambda k: False,
-        interval=(start, start + timedelta(days=1)),
-    )
-    assert plan is not None
-    return plan
-
-
-def _restate(source: Any, table: str, plan: Plan, run: str = "restate") -> Plan:
-    committed = ask(table, plan.key).committed_generation
-    return plan_restatement(
-        PlanLog(table, plan.pipeline_id),
-        plan,
-        run_token=run,
-        committed_generation=committed,
-        replan=lambda p, g: source.replan(p, g, committed=committed is not None),
-    )
+    return interval_plan(source, table, start, start + timedelta(days=1), pipeline)
 
 
 def _with_reject(landing: str, value: str) -> None:
@@ -92,7 +72,7 @@ def test_restating_a_batch_whose_files_sit_outside_its_directory_swaps_them(
     )
     status = ask(table, plan.key)
     assert status.record is not None and len(status.record.files) == 1
-    result = run_load(spark, spec_for(source, table, _restate(source, table, plan), restate=True))
+    result = run_load(spark, spec_for(source, table, restate(source, table, plan), restate=True))
     assert result.generation == 1
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 4, cmp.describe()
@@ -156,7 +136,7 @@ def test_a_file_dropped_by_a_refreeze_and_delivered_again_is_loaded(
     os.unlink(gone)
     with pytest.raises(InputChangedError, match="planned but is gone"):
         run_load(spark, spec_for(source, table, stuck))
-    refrozen = _restate(source, table, stuck, run="fix")
+    refrozen = restate(source, table, stuck, run="fix")
     assert [f["path"] for f in refrozen.inputs] == [stuck.inputs[0]["path"]]
     run_load(spark, spec_for(source, table, refrozen, restate=True))
     with open(gone, "w") as fh:  # the producer delivers the file again
@@ -180,7 +160,7 @@ def test_a_restatement_that_died_before_its_record_answers_after_its_marker_expi
     for name in os.listdir(landing):
         os.unlink(os.path.join(landing, name))
     write_order_files(landing, 1, 3, first_id=100)
-    restated = _restate(source, table, plan)
+    restated = restate(source, table, plan)
     os.environ["EOD_FAULTPOINTS"] = "before_record=raise@1"
     try:
         with pytest.raises(InjectedFault):
@@ -230,7 +210,7 @@ def test_a_restatement_the_quarantine_table_would_refuse_is_refused_before_the_m
     with pytest.raises(BatchError, match="quarantine table"):
         run_load(
             spark,
-            spec_for(source, table, _restate(source, table, plan), restate=True, quarantine_table_uri=q),
+            spec_for(source, table, restate(source, table, plan), restate=True, quarantine_table_uri=q),
         )
     assert (DeltaTable(table).version(), DeltaTable(q).version()) == versions
     assert ask(table, plan.key).committed_generation == ask(q, plan.key).committed_generation == 0

@@ -27,37 +27,13 @@ from airflow_eod.core.errors import (
 )
 from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.plan_log import Plan, PlanLog
-from airflow_eod.core.restatement import plan_restatement
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load
-from tests.helpers import PIPELINE, check, orders_source, plan_for, spec_for
+from tests.helpers import PIPELINE, check, interval_plan, orders_source, plan_for, restate, spec_for
 
 pytestmark = [pytest.mark.guarantee, pytest.mark.spark]
 DAY = datetime(2026, 11, 10, tzinfo=UTC)
-
-
-def _interval_plan(source: Any, table: str, start: datetime, end: datetime, pipeline: str = PIPELINE) -> Plan:
-    plan = source.plan(
-        PlanLog(table, pipeline),
-        None,
-        run_token=f"run-{start}",
-        is_committed=lambda k: False,
-        interval=(start, end),
-    )
-    assert plan is not None
-    return plan
-
-
-def _restate(source: Any, table: str, plan: Plan, run: str = "restate-run") -> Plan:
-    status = ask(table, plan.key)
-    return plan_restatement(
-        PlanLog(table, plan.pipeline_id),
-        plan,
-        run_token=run,
-        committed_generation=status.committed_generation,
-        replan=lambda p, g: source.replan(p, g, committed=status.committed_generation is not None),
-    )
 
 
 def _partitions_with_two_files(table: str) -> list[str]:
@@ -75,7 +51,7 @@ def _assert_restatement_refused(
     """A restatement of ``plan`` after an OPTIMIZE is refused, commits nothing, and every
     source row is still in the table once."""
     version = DeltaTable(table).version()
-    restated = _restate(source, table, plan)
+    restated = restate(source, table, plan)
     with pytest.raises(BatchError, match=r"no longer live .*OPTIMIZE"):
         run_load(spark, spec_for(source, table, restated, restate=True, partition_by=["order_date"]))
     assert DeltaTable(table).version() == version
@@ -89,7 +65,7 @@ def test_restatement_after_a_partial_optimize_is_refused_and_rows_stay_once(
 ) -> None:
     write_order_files(landing, 2, 60)
     source = orders_source(landing, boundary="interval")
-    plan = _interval_plan(source, table, DAY, DAY + timedelta(days=1))
+    plan = interval_plan(source, table, DAY, DAY + timedelta(days=1))
     run_load(spark, spec_for(source, table, plan, partition_by=["order_date"]))
     day = _partitions_with_two_files(table)[0]
     DeltaTable(table).optimize.compact(partition_filters=[("order_date", "=", day)])
@@ -101,7 +77,7 @@ def test_restatement_guard_survives_the_manifest_commit_ageing_out_of_the_log(
 ) -> None:
     write_order_files(landing, 2, 30)
     source = orders_source(landing, boundary="interval")
-    plan = _interval_plan(source, table, DAY, DAY + timedelta(days=1))
+    plan = interval_plan(source, table, DAY, DAY + timedelta(days=1))
     run_load(
         spark,
         spec_for(
@@ -131,11 +107,11 @@ def test_restating_a_partition_whose_value_needs_encoding_replaces_its_files(
     os.makedirs(landing)
     pq.write_table(pa.table({"id": [1, 2, 3], "p": ["50%", "a:b", "x y"]}), f"{landing}/a.parquet")
     source = LandingFilesSource(path=landing, file_format="parquet", boundary="interval")
-    plan = _interval_plan(source, table, DAY, DAY + timedelta(days=1))
+    plan = interval_plan(source, table, DAY, DAY + timedelta(days=1))
     run_load(spark, spec_for(source, table, plan, partition_by=["p"]))
     os.unlink(f"{landing}/a.parquet")
     pq.write_table(pa.table({"id": [10, 20, 30], "p": ["50%", "a:b", "x y"]}), f"{landing}/b.parquet")
-    result = run_load(spark, spec_for(source, table, _restate(source, table, plan), restate=True))
+    result = run_load(spark, spec_for(source, table, restate(source, table, plan), restate=True))
     assert result.generation == 1
     want = [(10, "50%"), (20, "a:b"), (30, "x y")]
     assert compare_rows(want, read_delta_rows(table, ["id", "p"])).exact
@@ -240,10 +216,10 @@ def test_a_batch_whose_input_changed_can_be_refrozen_and_later_files_load(
     with pytest.raises(InputChangedError):
         run_load(spark, spec_for(source, table, plan_for(source, table, run="r0"), try_number=2))
 
-    refrozen = _restate(source, table, stuck, run="fix-run")
+    refrozen = restate(source, table, stuck, run="fix-run")
     assert refrozen.batch_key == stuck.batch_key and refrozen.generation == 1
     # Two runs re-freezing at once get one plan (put-if-absent on the generation).
-    assert _restate(source, table, stuck, run="fix-run") == refrozen
+    assert restate(source, table, stuck, run="fix-run") == refrozen
     result = run_load(spark, spec_for(source, table, refrozen, restate=True))
     assert (result.outcome, result.generation, result.rows) == ("committed", 1, 21)
     # An attempt of the stale generation 0 (a zombie) now writes nothing.
@@ -262,7 +238,7 @@ def test_a_zombie_of_the_stale_generation_committing_first_is_swapped_out(
     write_order_files(landing, 1, 10)
     source = orders_source(landing)
     stuck = plan_for(source, table, run="r0")
-    refrozen = _restate(source, table, stuck, run="fix-run")
+    refrozen = restate(source, table, stuck, run="fix-run")
     # The old generation lands after the re-freeze was planned (a slow zombie).
     assert run_load(spark, spec_for(source, table, stuck)).outcome == "committed"
     result = run_load(spark, spec_for(source, table, refrozen, restate=True))
@@ -274,15 +250,15 @@ def test_a_zombie_of_the_stale_generation_committing_first_is_swapped_out(
 def test_a_restatement_that_failed_once_can_be_restated_again(spark: Any, landing: str, table: str) -> None:
     write_order_files(landing, 1, 10)
     source = orders_source(landing, boundary="interval")
-    plan = _interval_plan(source, table, DAY, DAY + timedelta(days=1))
+    plan = interval_plan(source, table, DAY, DAY + timedelta(days=1))
     run_load(spark, spec_for(source, table, plan))
     path = plan.inputs[0]["path"]
-    first_try = _restate(source, table, plan, run="fix-1")
+    first_try = restate(source, table, plan, run="fix-1")
     with open(path, "a") as fh:
         fh.write("777,x,1.00,2026-11-21,2026-11-21T00:00:00Z\n")
     with pytest.raises(InputChangedError):
         run_load(spark, spec_for(source, table, first_try, restate=True))
-    second = _restate(source, table, plan, run="fix-2")
+    second = restate(source, table, plan, run="fix-2")
     assert second.generation == 2
     result = run_load(spark, spec_for(source, table, second, restate=True))
     assert (result.generation, result.rows) == (2, 11)
@@ -341,11 +317,11 @@ def test_two_intervals_rendering_to_the_same_directory_load_its_files_once(
 ) -> None:
     write_order_files(landing, 2, 10)
     source = orders_source(landing, boundary="interval")
-    morning = _interval_plan(source, table, DAY, DAY + timedelta(hours=12))
+    morning = interval_plan(source, table, DAY, DAY + timedelta(hours=12))
     assert run_load(spark, spec_for(source, table, morning)).rows == 20
     write_order_files(landing, 1, 7, first_id=300)
     # Overlapping explicit interval over the same directory: only the new file is its own.
-    overlapping = _interval_plan(source, table, DAY + timedelta(hours=6), DAY + timedelta(days=1))
+    overlapping = interval_plan(source, table, DAY + timedelta(hours=6), DAY + timedelta(days=1))
     assert [os.path.basename(f["path"]) for f in overlapping.inputs] == ["orders-000300-0000.csv"]
     assert run_load(spark, spec_for(source, table, overlapping)).rows == 7
     cmp = check(table, landing)
@@ -356,7 +332,7 @@ def test_a_pipeline_does_not_mix_offset_and_interval_batches(landing: str, table
     write_order_files(landing, 1, 5)
     plan_for(orders_source(landing), table)
     with pytest.raises(Exception, match="already has offsets batches"):
-        _interval_plan(orders_source(landing, boundary="interval"), table, DAY, DAY + timedelta(days=1))
+        interval_plan(orders_source(landing, boundary="interval"), table, DAY, DAY + timedelta(days=1))
 
 
 # -- case 4: a stored plan is never reused for another source ---------------------------
@@ -364,9 +340,9 @@ def test_a_stored_plan_of_another_source_is_refused(tmp_path: Any, table: str) -
     dirs = [str(tmp_path / f"land{i}") for i in range(2)]
     for i, d in enumerate(dirs):
         write_order_files(d, 1, 5, first_id=1 + 100 * i)
-    _interval_plan(orders_source(dirs[0], boundary="interval"), table, DAY, DAY + timedelta(days=1))
+    interval_plan(orders_source(dirs[0], boundary="interval"), table, DAY, DAY + timedelta(days=1))
     with pytest.raises(PlanLogError, match="planned from"):
-        _interval_plan(orders_source(dirs[1], boundary="interval"), table, DAY, DAY + timedelta(days=1))
+        interval_plan(orders_source(dirs[1], boundary="interval"), table, DAY, DAY + timedelta(days=1))
 
 
 # -- case 5: the same directory reached another way -------------------------------------
@@ -462,7 +438,7 @@ def test_a_file_rewritten_in_place_for_a_later_interval_fails_loudly(
     with open(path, "w") as fh:
         fh.write("order_id,customer,amount,order_date,ordered_at\n1,a,1.00,2026-11-10,2026-11-10T00:00:00Z\n")
     source = orders_source(landing, boundary="interval")
-    day1 = _interval_plan(source, table, DAY, DAY + timedelta(days=1))
+    day1 = interval_plan(source, table, DAY, DAY + timedelta(days=1))
     run_load(spark, spec_for(source, table, day1))
     time.sleep(0.01)
     with open(path, "w") as fh:
@@ -471,7 +447,7 @@ def test_a_file_rewritten_in_place_for_a_later_interval_fails_loudly(
             "2,b,2.00,2026-11-11,2026-11-11T00:00:00Z\n3,c,3.00,2026-11-11,2026-11-11T00:00:00Z\n"
         )
     with pytest.raises(BatchError, match=r"belongs to batch .* write new data under a new file name"):
-        _interval_plan(source, table, DAY + timedelta(days=1), DAY + timedelta(days=2))
+        interval_plan(source, table, DAY + timedelta(days=1), DAY + timedelta(days=2))
     assert DeltaTable(table).version() == 0
 
 
@@ -511,7 +487,7 @@ def test_a_retried_restatement_refreezes_once_after_the_source_is_fixed(
 
     write_order_files(landing, 1, 10)
     source = orders_source(landing, boundary="interval")
-    plan = _interval_plan(source, table, DAY, DAY + timedelta(days=1))
+    plan = interval_plan(source, table, DAY, DAY + timedelta(days=1))
     run_load(spark, spec_for(source, table, plan))
     op = LandingFilesToDeltaOperator(task_id="load", landing_path=landing, table_uri=table)
     log, ctx = PlanLog(table, PIPELINE), ReadContext(spark_factory=lambda: spark)
