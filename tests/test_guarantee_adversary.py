@@ -18,7 +18,7 @@ from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
 from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import Plan
+from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, write_order_files
 from airflow_eod.spark.load_job import run_load
 from tests.helpers import PIPELINE, check, interval_plan, orders_source, plan_for, restate, spec_for
@@ -244,3 +244,104 @@ def test_one_quarantine_table_for_two_tables_with_one_pipeline_id_is_refused(
             with pytest.raises(BatchError, match="serves one main table per pipeline id"):
                 run_load(spark, spec)
             assert not os.path.exists(os.path.join(table, "_delta_log"))
+
+
+# -- round 3 -------------------------------------------------------------------------------
+def _move(src: str, dst_dir: str) -> str:
+    os.makedirs(dst_dir, exist_ok=True)
+    dst = os.path.join(dst_dir, os.path.basename(src))
+    os.rename(src, dst)  # a rename keeps size and mtime
+    return dst
+
+
+def test_a_refreeze_that_never_committed_does_not_move_the_frontier(
+    spark: Any, landing: str, table: str, tmp_path: Any
+) -> None:
+    write_order_files(landing, 2, 3)
+    source = orders_source(landing)
+    g0 = plan_for(source, table, run="run-1")
+    b = g0.inputs[1]["path"]
+    aside = _move(b, str(tmp_path / "aside"))
+    refrozen = restate(source, table, g0, run="fix")  # g1 without b; this run then dies
+    assert len(refrozen.inputs) == 1
+    os.rename(aside, b)
+    assert run_load(spark, spec_for(source, table, g0, try_number=2)).generation == 0  # g0 lands, with b
+    assert source.plan(PlanLog(table, PIPELINE), run_token="run-2", is_committed=lambda k: True) is None
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 6, cmp.describe()
+
+
+def test_a_refreeze_does_not_swap_out_files_a_zombie_landed_meanwhile(
+    spark: Any, landing: str, table: str, tmp_path: Any
+) -> None:
+    write_order_files(landing, 2, 3)
+    source = orders_source(landing)
+    g0 = plan_for(source, table, run="run-1")
+    b = g0.inputs[1]["path"]
+    aside = _move(b, str(tmp_path / "aside"))
+    refrozen = restate(source, table, g0, run="fix")
+    os.rename(aside, b)
+    run_load(spark, spec_for(source, table, g0))  # the zombie of generation 0 lands, with b
+    with pytest.raises(BatchError, match="left out as gone"):
+        run_load(spark, spec_for(source, table, refrozen, restate=True))
+    again = restate(source, table, g0, run="fix-2")  # the way out: restate the committed batch
+    assert {f["path"] for f in again.inputs} == {f["path"] for f in g0.inputs}
+    run_load(spark, spec_for(source, table, again, restate=True))
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 6, cmp.describe()
+
+
+def test_restating_a_plan_stored_through_a_symlink_by_an_older_release_stays_canonical(
+    spark: Any, tmp_path: Any, table: str
+) -> None:
+    real, link = str(tmp_path / "real"), str(tmp_path / "land")
+    write_order_files(real, 2, 3)
+    os.symlink(real, link)
+    source = orders_source(link)
+    g0 = plan_for(source, table, run="r0")
+    run_load(spark, spec_for(source, table, g0))
+    # Rewrite the stored plan as an older release wrote it: paths as given, no source.
+    import json
+
+    from airflow_eod.core.batch import fingerprint
+
+    path = os.path.join(table, "_eod", "pipelines", PIPELINE, "offsets", f"{0:08d}.json")
+    body = json.load(open(path))
+    body.pop("checksum")
+    body.pop("source")
+    body["inputs"] = [dict(f, path=f["path"].replace(real, link)) for f in body["inputs"]]
+    body["boundary"]["directory"] = link
+    body["checksum"] = fingerprint(body)
+    json.dump(body, open(path, "w"))
+    old = PlanLog(table, PIPELINE).get_plan(g0.batch_key)
+    assert old is not None
+    g1 = restate(source, table, old)
+    assert all(f["path"].startswith(real) for f in g1.inputs) and g1.boundary["directory"] == real
+    run_load(spark, spec_for(source, table, g1, restate=True))
+    assert source.plan(PlanLog(table, PIPELINE), run_token="r2", is_committed=lambda k: True) is None
+    write_order_files(real, 1, 2, first_id=900)
+    nxt = plan_for(source, table, run="r3")
+    assert [os.path.basename(f["path"]) for f in nxt.inputs] == ["orders-000900-0000.csv"]
+
+
+@pytest.mark.badinput
+def test_a_quarantine_table_of_another_table_id_is_refused_before_the_main_commit(
+    spark: Any, tmp_path: Any, table: str
+) -> None:
+    import shutil
+
+    q = str(tmp_path / "rejects")
+    for day in (0, 1):
+        landing = str(tmp_path / f"day{day}")
+        write_order_files(landing, 1, 3, first_id=1 + 100 * day)
+        _with_reject(landing, f"bad{day}")
+        source = orders_source(landing, boundary="interval")
+        spec = spec_for(source, table, _interval_plan(source, table, day), quarantine_table_uri=q)
+        if day == 0:
+            run_load(spark, spec)
+            shutil.rmtree(os.path.join(q, "_delta_log"))  # the quarantine table is dropped, _eod stays
+            version = DeltaTable(table).version()
+        else:
+            with pytest.raises(Exception, match="belongs to table"):
+                run_load(spark, spec)
+            assert DeltaTable(table).version() == version

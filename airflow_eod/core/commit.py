@@ -220,9 +220,22 @@ def batch_files(table: DeltaTable, batch: BatchKey, extra: Sequence[str] = ()) -
     return removes
 
 
-def replaced_files(
-    table: DeltaTable, batch: BatchKey, status: BatchStatus, label: str
-) -> list[RemoveAction]:
+def _refuse_dropping_landed_files(status: BatchStatus, manifest: Manifest, label: str) -> None:
+    """A re-freeze of a batch nobody had committed may leave out planned files that were
+    gone. If an older attempt committed the batch meanwhile (a zombie that read them before
+    they went), swapping it out would remove rows that landed and were reported."""
+    dropped = manifest.boundary.get("dropped") or []
+    if dropped and status.committed_generation is not None:
+        raise BatchError(
+            label,
+            f"generation {status.committed_generation} of the batch was committed while this re-freeze "
+            f"was planned, and it holds {len(dropped)} file(s) the re-freeze left out as gone (e.g. "
+            f"{dropped[0]}); committing would remove their rows. Nothing was committed: restate the "
+            "batch again (it is committed now), after restoring the files if they should stay",
+        )
+
+
+def replaced_files(table: DeltaTable, batch: BatchKey, status: BatchStatus, label: str) -> list[RemoveAction]:
     """The files a restatement removes, checked against what the table says it holds.
 
     Every file of the generation being replaced must still be live: a file that another
@@ -348,6 +361,7 @@ def commit_batch(
                 _check_not_nulls(table, staged, batch.label)
                 actions: list[AddAction | RemoveAction] = list(adds)
                 if replace_previous:
+                    _refuse_dropping_landed_files(status, manifest, batch.label)
                     actions += replaced_files(table, batch, status, batch.label)
                 fault_point("before_commit", try_number=try_number)
                 if widened is not None:

@@ -90,6 +90,18 @@ def _now_iso() -> str:
 _TABLE_ID_FILE = "table.json"
 
 
+def bound_table_id(table_path: str) -> str | None:
+    """The id of the table the plan log beside ``table_path`` is bound to, if any."""
+    try:
+        with open(os.path.join(table_path, META_DIR, _TABLE_ID_FILE)) as fh:
+            value = json.load(fh).get("table_id")
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        raise PlanLogError(f"{table_path}/{META_DIR}/{_TABLE_ID_FILE} is corrupt") from None
+    return str(value) if value is not None else None
+
+
 def check_table_identity(table_path: str, table_id: str | None) -> None:
     """Bind the plan log beside a table to that table, and refuse it for any other.
 
@@ -99,13 +111,7 @@ def check_table_identity(table_path: str, table_id: str | None) -> None:
     all. The first commit's table id is written once; a different one is refused.
     """
     path = os.path.join(table_path, META_DIR, _TABLE_ID_FILE)
-    try:
-        with open(path) as fh:
-            bound = json.load(fh).get("table_id")
-    except FileNotFoundError:
-        bound = None
-    except ValueError:
-        raise PlanLogError(f"{path} is corrupt; see the runbook, 'a corrupt plan-log entry'") from None
+    bound = bound_table_id(table_path)
     if bound is None:
         if table_id is not None:
             put_if_absent(path, json.dumps({"table_id": table_id}))
@@ -227,6 +233,10 @@ class PlanLog:
         path = self._plan_path(INTERVAL, batch_key, None, generation)
         return self._plan_from(path, self._read(path))
 
+    def bound_table_id(self) -> str | None:
+        """The id of the table this plan log is bound to (set by the first commit)."""
+        return bound_table_id(self.table_path)
+
     def newest_generation(self, batch_key: str) -> int:
         """The newest generation planned for ``batch_key`` (0 when only the first plan, or
         none, exists). Generations are planned one after another, so this probes upward."""
@@ -243,8 +253,9 @@ class PlanLog:
             raise PlanLogError(
                 f"batch {plan.key.label} was planned from {json.dumps(plan.source, sort_keys=True)}, "
                 f"but this attempt's source is {json.dumps(source, sort_keys=True)}; a stored plan "
-                "is never reused for another source. Give each source its own pipeline_id (mapped "
-                "tasks: a templated pipeline_id per mapped value), or restate the batch on purpose"
+                "is never reused for another source. Point the task back at the source it was "
+                "planned from (a moved or renamed landing directory holds new files: move it back), "
+                "or give each source its own pipeline_id (mapped tasks: one per mapped value)"
             )
         return plan
 

@@ -97,11 +97,25 @@ def plan_offset_batch(
 
 
 def _newest_generation(plan_log: PlanLog, plan: Plan) -> Plan:
-    """The newest generation planned for ``plan``'s batch: what the batch holds, or will.
-    A re-freeze may have dropped a planned file that was gone; that file was never loaded,
-    and if it is delivered again the next batch loads it."""
+    """What a committed offset batch holds: the plan of its committed generation.
+
+    A re-freeze may drop a planned file that was gone (never loaded): the next batch loads
+    it when it is delivered again. A re-freeze that never committed must not count, though:
+    its older generation may be the one that landed. When the commit record cannot say
+    which generation landed, every generation's files count as loaded.
+    """
     newest = plan_log.newest_generation(plan.batch_key)
-    return plan if newest == 0 else (plan_log.get_plan(plan.batch_key, newest) or plan)
+    if newest == 0:
+        return plan
+    table_id = plan_log.bound_table_id()
+    record = plan_log.newest_commit_record(plan.batch_key, table_id) if table_id else None
+    if record is not None:
+        return plan_log.get_plan(plan.batch_key, int(record["generation"])) or plan
+    inputs: dict[str, dict[str, Any]] = {}
+    for gen in range(newest + 1):
+        for entry in (plan_log.get_plan(plan.batch_key, gen) or plan).inputs:
+            inputs.setdefault(str(entry.get("path", len(inputs))), entry)
+    return replace(plan, inputs=list(inputs.values()))
 
 
 def plan_interval_batch(

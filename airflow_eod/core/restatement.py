@@ -40,8 +40,10 @@ def plan_restatement(
     existing = plan_log.get_plan(plan.batch_key, target)
     if existing is not None:
         return existing
-    # Re-freeze from the newest generation: a file an earlier re-freeze dropped stays out.
-    return plan_log.put_plan(replan(plan_log.get_plan(plan.batch_key, planned) or plan, target))
+    # A restatement starts from what the table holds (the committed generation); a re-freeze
+    # from the newest plan, so a file an earlier re-freeze dropped as gone stays out.
+    base = planned if committed_generation is None else committed_generation
+    return plan_log.put_plan(replan(plan_log.get_plan(plan.batch_key, base) or plan, target))
 
 
 def refreeze_restatement(

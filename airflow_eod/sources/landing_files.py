@@ -211,18 +211,37 @@ class LandingFilesSource:
             that is gone fails the restatement (its rows would silently go); a batch never
             committed is re-frozen without it, since it was never loaded.
         """
+        # "dropped" describes one re-freeze; a later generation starts from its own.
+        boundary = {k: v for k, v in plan.boundary.items() if k != "dropped"}
+        dropped: list[str] = []
         if plan.kind == "interval":
             inputs = self.list_files(plan.key.label)
-        elif committed:
-            inputs = [self._stat(entry, plan.key.label) for entry in plan.inputs]
         else:
+            # Plans of older releases kept paths as given (through symlinks): a new
+            # generation is written canonically, like every plan now.
+            planned = [dict(entry, path=_canonical(entry["path"], plan)) for entry in plan.inputs]
+            if "directory" in boundary:
+                boundary["directory"] = os.path.realpath(boundary["directory"])
             inputs = []
-            for entry in plan.inputs:
+            for entry in planned:
                 try:
                     inputs.append(self._stat(entry, plan.key.label))
                 except InputChangedError:
+                    if committed:
+                        raise
                     log.warning("batch %s: re-freezing without %s, which is gone", plan.key, entry["path"])
-        return replace(plan, inputs=inputs, generation=generation, planned_at="", source=self.identity())
+                    dropped.append(entry["path"])
+        if dropped:
+            # The commit refuses to swap out a generation that landed meanwhile holding them.
+            boundary["dropped"] = dropped
+        return replace(
+            plan,
+            boundary=boundary,
+            inputs=inputs,
+            generation=generation,
+            planned_at="",
+            source=self.identity(),
+        )
 
     def verify(self, plan: Plan, ctx: ReadContext | None = None) -> None:
         """Fail if any planned file changed since planning (invariant I3)."""

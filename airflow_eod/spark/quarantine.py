@@ -34,7 +34,8 @@ from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch, replaced_files
 from airflow_eod.core.errors import BatchError
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.table_layout import attempt_dir, normalise
+from airflow_eod.core.plan_log import check_table_identity
+from airflow_eod.core.table_layout import attempt_dir, local_path, normalise
 from airflow_eod.spark.bad_records import RAW_RECORD_COLUMN, SOURCE_FILE_COLUMN
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ def _check_quarantine_table(
     includes a replacement the quarantine table would refuse (append-only, or old rejects
     that another writer's OPTIMIZE rewrote)."""
     table = open_table(quarantine_uri)  # a foreign, non-Delta directory raises here
+    check_table_identity(local_path(quarantine_uri), None if table is None else str(table.metadata().id))
     if table is None:
         return
     table_check.check_writable(table, quarantine_uri)
