@@ -116,7 +116,7 @@ def test_a_read_of_other_files_than_planned_fails_the_batch(
 
 
 def test_the_resolved_files_check_compares_multisets() -> None:
-    from airflow_eod.spark.landing_reader import check_resolved
+    from airflow_eod.spark.landing_paths import check_resolved
 
     check_resolved("p/b", ["/l/a.csv", "/l/b.csv"], ["/l/b.csv", "/l//a.csv"])
     with pytest.raises(BatchError, match=r"read but not planned: /l/c\.csv"):

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
@@ -25,14 +25,15 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from airflow_eod.core import table_check
 from airflow_eod.core.ask import BatchStatus, ask_table, open_table
-from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit_record import CommitRecord, write_record
 from airflow_eod.core.errors import BatchError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import PlanLog, check_table_identity
+from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
+from airflow_eod.core.schema_commit import commit_with_new_schema
+from airflow_eod.core.table_binding import check_table_identity
 from airflow_eod.core.table_layout import batch_dir, local_path
 
 log = logging.getLogger(__name__)
@@ -122,76 +123,6 @@ def _partition_string(value: object) -> str | None:
     if hasattr(value, "isoformat"):
         return str(value.isoformat())
     return str(value)
-
-
-# RFC 3986 path characters that need no escaping; the Delta protocol stores ``add.path`` as
-# a URI, so '%', ' ', '#', '?', '[', non-ASCII, ... are percent-encoded, as delta-rs does.
-_URI_SAFE = "/!$&'()*+,;=:@"
-
-
-def uri_path(path: str) -> str:
-    """A table-relative file path as the Delta log stores it (percent-encoded)."""
-    return quote(path, safe=_URI_SAFE)
-
-
-def commit_with_new_schema(
-    path: str,
-    table: DeltaTable,
-    schema_json: str,
-    adds: list[AddAction],
-    manifest: Manifest,
-    batch: BatchKey,
-    generation: int,
-) -> bool:
-    """Write the next commit of ``table`` with a widened ``metaData``, the files and the marker.
-
-    delta-rs's append cannot carry a ``metaData`` action (its overwrite mode would remove
-    files), so this one commit is written here, with the same put-if-absent link the local
-    log store uses: if another writer took the version, nothing is written and the caller
-    goes back to the ask. Returns whether the commit was written.
-    """
-    meta = table.metadata()
-    now = int(time.time() * 1000)
-    actions: list[Any] = [
-        {
-            "commitInfo": {
-                "timestamp": now,
-                "operation": "WRITE",
-                "operationParameters": {"mode": "Append", "schemaEvolution": "addColumns"},
-                "userMetadata": manifest.to_user_metadata(),
-                "engineInfo": "airflow-eod",
-                "isBlindAppend": True,
-            }
-        },
-        {
-            "metaData": {
-                "id": meta.id,
-                "name": meta.name,
-                "description": meta.description,
-                "format": {"provider": "parquet", "options": {}},
-                "schemaString": schema_json,
-                "partitionColumns": list(meta.partition_columns),
-                "createdTime": meta.created_time,
-                "configuration": dict(meta.configuration or {}),
-            }
-        },
-        *(
-            {
-                "add": {
-                    "path": uri_path(a.path),
-                    "partitionValues": dict(a.partition_values),
-                    "size": a.size,
-                    "modificationTime": a.modification_time,
-                    "dataChange": True,
-                    "stats": a.stats,
-                }
-            }
-            for a in adds
-        ),
-        {"txn": {"appId": batch.app_id, "version": generation, "lastUpdated": now}},
-    ]
-    target = os.path.join(path, "_delta_log", f"{table.version() + 1:020d}.json")
-    return put_if_absent(target, "\n".join(json.dumps(a) for a in actions) + "\n")
 
 
 def live_files(table: DeltaTable) -> list[dict[str, Any]]:

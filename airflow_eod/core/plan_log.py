@@ -31,7 +31,8 @@ from typing import Any
 
 from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey, fingerprint, validate_pipeline_id
-from airflow_eod.core.errors import PlanLogError, UnsupportedTableError
+from airflow_eod.core.errors import PlanLogError
+from airflow_eod.core.table_binding import bound_table_id, check_table_identity
 from airflow_eod.core.table_layout import META_DIR, local_path
 
 PLAN_FORMAT = 1
@@ -85,46 +86,6 @@ class Plan:
 
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
-
-
-_TABLE_ID_FILE = "table.json"
-
-
-def bound_table_id(table_path: str) -> str | None:
-    """The id of the table the plan log beside ``table_path`` is bound to, if any."""
-    try:
-        with open(os.path.join(table_path, META_DIR, _TABLE_ID_FILE)) as fh:
-            value = json.load(fh).get("table_id")
-    except FileNotFoundError:
-        return None
-    except ValueError:
-        raise PlanLogError(f"{table_path}/{META_DIR}/{_TABLE_ID_FILE} is corrupt") from None
-    return str(value) if value is not None else None
-
-
-def check_table_identity(table_path: str, table_id: str | None) -> None:
-    """Bind the plan log beside a table to that table, and refuse it for any other.
-
-    The plan log remembers which batches an offset pipeline loaded. A table dropped and
-    re-created at the same path, with the old ``_eod/`` left behind, would otherwise have
-    its older offset batches counted as loaded (lost), and a deleted table would have them
-    all. The first commit's table id is written once; a different one is refused.
-    """
-    path = os.path.join(table_path, META_DIR, _TABLE_ID_FILE)
-    bound = bound_table_id(table_path)
-    if bound is None:
-        if table_id is not None:
-            put_if_absent(path, json.dumps({"table_id": table_id}))
-            check_table_identity(table_path, table_id)  # a racer may have bound another id
-        return
-    if bound != table_id:
-        now = "no Delta table" if table_id is None else f"table {table_id}"
-        raise UnsupportedTableError(
-            f"the plan log in {os.path.join(table_path, META_DIR)} belongs to table {bound}, and "
-            f"{table_path} now holds {now} (dropped and re-created?): its batches say nothing about "
-            "this table. Move the _eod directory aside to start every pipeline of this table "
-            "afresh (see the runbook, 'a table dropped and re-created')"
-        )
 
 
 class PlanLog:

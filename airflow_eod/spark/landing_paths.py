@@ -1,10 +1,11 @@
-"""Spark paths and CSV headers of landing files, read before any Spark work.
+"""Spark paths, CSV headers and the check of what Spark resolved, for landing files.
 
 Spark's reader treats every path as a Hadoop glob, so :func:`spark_path` escapes glob
 characters, and :func:`path_of_uri` turns what Spark reports back into a local path. A CSV
 header is read here, in Python, with the reader options' dialect (separator, quote,
 escape, encoding, comment, line separator, a byte-order mark, gzip or bzip2), so that
-columns can be matched by name.
+columns can be matched by name. Once Spark has resolved the paths, :func:`check_resolved`
+compares the files it will scan with the plan.
 """
 
 from __future__ import annotations
@@ -12,14 +13,20 @@ from __future__ import annotations
 import bz2
 import csv
 import gzip
+import os
 import re
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from airflow_eod.core.errors import BatchError
+
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+_NAMED_FILES = 5  # files spelled out in one error message
 
 _GLOB_CHARS = re.compile(r"([\\\[\]{}*?])")
 # Enough of a file's start to hold its header; a header longer than this reads truncated.
@@ -139,3 +146,51 @@ def csv_header(path: str, dialect: CsvDialect, spark: SparkSession | None = None
     return None if header is None else [name.strip() for name in header]
 
 
+# -- what Spark resolved -------------------------------------------------------------------
+def resolved_files(df: DataFrame) -> list[str]:
+    """The local path of every file ``df`` scans, once per scan of it.
+
+    ``DataFrame.inputFiles()`` is a set, so a file resolved twice (a glob and a plain path
+    naming the same file) shows once there; the file relations' own lists keep repeats.
+    """
+    try:
+        leaves = df._jdf.queryExecution().optimizedPlan().collectLeaves()
+        uris: list[str] = []
+        for i in range(leaves.size()):
+            leaf = leaves.apply(i)
+            if leaf.getClass().getSimpleName() == "LogicalRelation":
+                uris.extend(leaf.relation().inputFiles())
+    except Exception:  # another Spark's internals: fall back on the public, de-duplicated list
+        uris = list(df.inputFiles())
+    return [path_of_uri(u) for u in uris]
+
+
+def check_resolved(label: str, planned: Sequence[str], resolved: Sequence[str]) -> None:
+    """Fail unless Spark resolved each planned file exactly once and nothing else.
+
+    :param label: the batch.
+    :param planned: the plan's files.
+    :param resolved: the files Spark's index resolved (:func:`resolved_files`).
+    :raises BatchError: naming the files that differ.
+    """
+    want = Counter(os.path.normpath(p) for p in planned)
+    have = Counter(os.path.normpath(p) for p in resolved)
+    if want == have:
+        return
+    parts = []
+    unread = sorted(want - have)
+    if unread:
+        parts.append(f"planned but not read: {', '.join(unread[:_NAMED_FILES])}")
+    unplanned = sorted(p for p in have if p not in want)
+    if unplanned:
+        parts.append(f"read but not planned: {', '.join(unplanned[:_NAMED_FILES])}")
+    repeated = sorted(p for p, n in have.items() if p in want and n > want[p])
+    if repeated:
+        parts.append(f"read more than once: {', '.join(repeated[:_NAMED_FILES])}")
+    raise BatchError(
+        label,
+        "Spark resolved other files than the batch's plan holds ("
+        + "; ".join(parts)
+        + "); nothing was committed. This is a bug in handing the paths to Spark: rename the "
+        "odd files (avoid [ ] { } * ? \\ in names) and report it",
+    )

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -32,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 from airflow_eod.core.errors import BatchError, MalformedInputError, SchemaMismatchError
 from airflow_eod.core.table_check import SCHEMA_ADD_COLUMNS
 from airflow_eod.spark.bad_records import CORRUPT_COLUMN, LAYOUT_METADATA_KEY
-from airflow_eod.spark.landing_paths import CsvDialect, csv_header, path_of_uri, spark_path
+from airflow_eod.spark.landing_paths import (
+    CsvDialect,
+    check_resolved,
+    csv_header,
+    path_of_uri,
+    resolved_files,
+    spark_path,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
@@ -367,53 +372,3 @@ def _read_parquet(
             ),
         )
     return reader.schema(StructType(list(declared.fields) + extras)).load(uris)
-
-
-# -- what Spark resolved -------------------------------------------------------------------
-def resolved_files(df: DataFrame) -> list[str]:
-    """The local path of every file ``df`` scans, once per scan of it.
-
-    ``DataFrame.inputFiles()`` is a set, so a file resolved twice (a glob and a plain path
-    naming the same file) shows once there; the file relations' own lists keep repeats.
-    """
-    try:
-        leaves = df._jdf.queryExecution().optimizedPlan().collectLeaves()
-        uris: list[str] = []
-        for i in range(leaves.size()):
-            leaf = leaves.apply(i)
-            if leaf.getClass().getSimpleName() == "LogicalRelation":
-                uris.extend(leaf.relation().inputFiles())
-    except Exception:  # another Spark's internals: fall back on the public, de-duplicated list
-        uris = list(df.inputFiles())
-    return [path_of_uri(u) for u in uris]
-
-
-def check_resolved(label: str, planned: Sequence[str], resolved: Sequence[str]) -> None:
-    """Fail unless Spark resolved each planned file exactly once and nothing else.
-
-    :param label: the batch.
-    :param planned: the plan's files.
-    :param resolved: the files Spark's index resolved (:func:`resolved_files`).
-    :raises BatchError: naming the files that differ.
-    """
-    want = Counter(os.path.normpath(p) for p in planned)
-    have = Counter(os.path.normpath(p) for p in resolved)
-    if want == have:
-        return
-    parts = []
-    unread = sorted(want - have)
-    if unread:
-        parts.append(f"planned but not read: {', '.join(unread[:_NAMED])}")
-    unplanned = sorted(p for p in have if p not in want)
-    if unplanned:
-        parts.append(f"read but not planned: {', '.join(unplanned[:_NAMED])}")
-    repeated = sorted(p for p, n in have.items() if p in want and n > want[p])
-    if repeated:
-        parts.append(f"read more than once: {', '.join(repeated[:_NAMED])}")
-    raise BatchError(
-        label,
-        "Spark resolved other files than the batch's plan holds ("
-        + "; ".join(parts)
-        + "); nothing was committed. This is a bug in handing the paths to Spark: rename the "
-        "odd files (avoid [ ] { } * ? \\ in names) and report it",
-    )

@@ -34,7 +34,7 @@ from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch, replaced_files
 from airflow_eod.core.errors import BatchError
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import check_table_identity
+from airflow_eod.core.table_binding import check_table_identity
 from airflow_eod.core.table_layout import attempt_dir, local_path, normalise
 from airflow_eod.spark.bad_records import RAW_RECORD_COLUMN, SOURCE_FILE_COLUMN
 
