@@ -446,9 +446,21 @@ def test_a_file_rewritten_in_place_for_a_later_interval_fails_loudly(
             "order_id,customer,amount,order_date,ordered_at\n"
             "2,b,2.00,2026-11-11,2026-11-11T00:00:00Z\n3,c,3.00,2026-11-11,2026-11-11T00:00:00Z\n"
         )
-    with pytest.raises(BatchError, match=r"belongs to batch .* write new data under a new file name"):
-        interval_plan(source, table, DAY + timedelta(days=1), DAY + timedelta(days=2))
+    day2 = (DAY + timedelta(days=1), DAY + timedelta(days=2))
+    with pytest.raises(BatchError, match=r"belongs to batch .* restate batch .* then clear this run"):
+        interval_plan(source, table, *day2)
     assert DeltaTable(table).version() == 0
+    # The way out the error names: restate the owner, which takes the new content; then
+    # day 2 (and later days) leave the file to its owner and load their own files.
+    run_load(spark, spec_for(source, table, restate(source, table, day1), restate=True))
+    assert interval_plan(source, table, *day2).inputs == []
+    with open(os.path.join(landing, "new.csv"), "w") as fh:
+        fh.write("order_id,customer,amount,order_date,ordered_at\n4,d,4.00,2026-11-12,2026-11-12T00:00:00Z\n")
+    day3 = interval_plan(source, table, DAY + timedelta(days=2), DAY + timedelta(days=3))
+    assert [os.path.basename(f["path"]) for f in day3.inputs] == ["new.csv"]
+    run_load(spark, spec_for(source, table, day3))
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 3, cmp.describe()
 
 
 def test_offset_plans_written_before_paths_were_canonical_still_count_as_loaded(

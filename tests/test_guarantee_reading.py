@@ -375,3 +375,37 @@ def test_values_are_judged_as_spark_reads_them(value: Any, type_name: str, text:
     from airflow_eod.spark.bad_records import value_fits
 
     assert value_fits(value, type_name, {}, text=text) is fits
+
+
+@pytest.mark.parametrize("drift", ["fail", "add_columns"])
+def test_nested_json_fields_the_schema_lacks_fail_the_batch(
+    spark: Any, landing: str, table: str, drift: str
+) -> None:
+    """A declared struct reads only its declared fields; the others vanished without a word."""
+    source = LandingFilesSource(
+        path=landing,
+        file_format="json",
+        schema="id INT, addr STRUCT<city: STRING>, items ARRAY<STRUCT<sku: STRING>>",
+    )
+    _write(
+        os.path.join(landing, "a.json"),
+        '{"id": 1, "addr": {"city": "X", "zip": "123"}, "items": [{"sku": "s", "qty": 2}]}\n',
+    )
+    plan = plan_for(source, table)
+    with pytest.raises(SchemaMismatchError, match=r"nested fields .*addr\.zip.*items\[\]\.qty"):
+        run_load(spark, spec_for(source, table, plan, schema_drift=drift))
+    assert _version(table) is None
+
+
+def test_a_parquet_file_lacking_a_declared_column_fails_naming_file_and_column(
+    spark: Any, landing: str, table: str
+) -> None:
+    pq.write_table(
+        pa.table({"id": pa.array([1], pa.int32()), "amount": [1.5]}), os.path.join(landing, "a.parquet")
+    )
+    pq.write_table(pa.table({"id": pa.array([2], pa.int32())}), os.path.join(landing, "b.parquet"))
+    source = LandingFilesSource(path=landing, file_format="parquet", schema="id INT, amount DOUBLE")
+    plan = plan_for(source, table)
+    with pytest.raises(SchemaMismatchError, match=r"b\.parquet lacks column amount"):
+        run_load(spark, spec_for(source, table, plan))
+    assert _version(table) is None

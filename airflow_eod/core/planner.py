@@ -143,6 +143,17 @@ def plan_interval_batch(
     return own_files(plan_log, plan_log.check_source(existing, source))
 
 
+def _owner_froze(plan_log: PlanLog, claim: dict[str, Any], entry: dict[str, Any]) -> tuple[Any, Any]:
+    """The (size, mtime_ns) at which the owning batch's newest generation froze the file: a
+    restatement of the owner takes the rewritten content, and then the file is its own again."""
+    owner = claim["batch_key"]
+    newest = plan_log.get_plan(owner, plan_log.newest_generation(owner))
+    for frozen in newest.inputs if newest is not None else []:
+        if frozen.get("path") == entry["path"]:
+            return frozen.get("size"), frozen.get("mtime_ns")
+    return claim.get("size"), claim.get("mtime_ns")
+
+
 def own_files(plan_log: PlanLog, plan: Plan) -> Plan:
     """``plan`` with only the landing files its batch owns.
 
@@ -159,16 +170,18 @@ def own_files(plan_log: PlanLog, plan: Plan) -> Plan:
         claim = plan_log.claim_file(entry, plan.batch_key)
         if claim["batch_key"] == plan.batch_key:
             owned.append(entry)
-        elif (claim.get("size"), claim.get("mtime_ns")) != (entry.get("size"), entry.get("mtime_ns")):
+        elif _owner_froze(plan_log, claim, entry) != (entry.get("size"), entry.get("mtime_ns")):
             # Rewritten in place since its owner claimed it: skipping it would drop the new
             # content without a word, and loading it would load the path twice.
+            size, mtime = _owner_froze(plan_log, claim, entry)
             raise BatchError(
                 plan.key.label,
                 f"landing file {entry['path']} belongs to batch {claim['batch_key']} of this pipeline, "
-                f"which claimed it at size {claim.get('size')}, mtime_ns {claim.get('mtime_ns')}; it now "
-                f"has size {entry.get('size')}, mtime_ns {entry.get('mtime_ns')}. A pipeline loads a path "
-                "once: write new data under a new file name, or restate batch "
-                f"{claim['batch_key']} to load the file as it is now; nothing was committed",
+                f"which froze it at size {size}, mtime_ns {mtime}; it now has size {entry.get('size')}, "
+                f"mtime_ns {entry.get('mtime_ns')} (rewritten in place). A pipeline loads a path once: "
+                f"restate batch {claim['batch_key']} to load the file as it is now, then clear this run "
+                "(it then leaves the file to its owner), or write new data under new file names; "
+                "nothing was committed",
             )
         else:
             log.warning(

@@ -294,6 +294,23 @@ def _read_json(
     # Spark matches JSON keys to the schema case-sensitively: `ID` never fills `id`.
     names = {f.name for f in declared.fields}
     extras = [f for f in inferred.fields if f.name not in names and f.name != CORRUPT_COLUMN]
+    nested = [
+        path
+        for f in declared.fields
+        if f.name in {g.name for g in inferred.fields}
+        for path in _nested_extras(f.dataType, inferred[f.name].dataType, f.name)
+    ]
+    if nested:
+        # A declared struct reads only its declared fields: the others would vanish, and
+        # add_columns widens top-level columns only.
+        raise SchemaMismatchError(
+            label,
+            _problems(
+                "the JSON files carry nested fields the schema's structs do not declare",
+                [f"field {p}" for p in nested],
+                ["Declare them in the schema (schema_drift='add_columns' adds top-level columns only)"],
+            ),
+        )
     if extras and schema_drift != SCHEMA_ADD_COLUMNS:
         probe = spark.read.format("json").options(**infer).schema(StructType(extras)).load(uris)
         flags = [F.max(_col(f.name).isNotNull().cast("int")).alias(f.name) for f in extras]
@@ -314,6 +331,27 @@ def _read_json(
     out = list(declared.fields) + extras
     df = reader.schema(StructType(out + ([corrupt] if corrupt else []))).load(uris)
     return _project(df, {f.name.lower(): f.name for f in out}, out, corrupt, _layout("json", options))
+
+
+def _nested_extras(declared: Any, inferred: Any, prefix: str) -> list[str]:
+    """Paths of fields inside structs (and arrays or maps of structs) that ``inferred``
+    holds and ``declared`` lacks."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(declared, StructType) and isinstance(inferred, StructType):
+        have = {f.name: f for f in declared.fields}
+        out: list[str] = []
+        for f in inferred.fields:
+            if f.name not in have:
+                out.append(f"{prefix}.{f.name}")
+            else:
+                out += _nested_extras(have[f.name].dataType, f.dataType, f"{prefix}.{f.name}")
+        return out
+    if isinstance(declared, ArrayType) and isinstance(inferred, ArrayType):
+        return _nested_extras(declared.elementType, inferred.elementType, f"{prefix}[]")
+    if isinstance(declared, MapType) and isinstance(inferred, MapType):
+        return _nested_extras(declared.valueType, inferred.valueType, f"{prefix}{{}}")
+    return []
 
 
 # -- Parquet -------------------------------------------------------------------------------
@@ -349,6 +387,22 @@ def _read_parquet(
             reader = reader.option("mergeSchema", "true")
         return reader.load(uris)
     names = {f.name.lower() for f in declared.fields}
+    lacking = [
+        f"{p} lacks column {f.name}"
+        for p, cols in footers.items()
+        for f in declared.fields
+        if f.name.lower() not in {c.lower() for c in cols}
+    ]
+    if lacking:
+        # Spark would read the missing column as null in every row of those files.
+        raise SchemaMismatchError(
+            label,
+            _problems(
+                "Parquet files lack columns the schema declares",
+                lacking,
+                ["Fix the files, or drop the column from the schema"],
+            ),
+        )
     carriers: dict[str, list[str]] = {}  # lower-case new column -> files that carry it
     for p, cols in footers.items():
         for c in cols:
