@@ -1,23 +1,22 @@
 """The ask: "have you received batch K at generation G?", answered by the table alone.
 
-It reads the Delta log through ``deltalake`` (no JVM, no Spark session) and looks up the
-batch's ``txn`` marker and its durable commit record (:mod:`airflow_eod.core.commit_record`).
-The marker answers while it lives; the record answers after it expired. A committed batch
-comes back with its saved result: the table version that landed it and its manifest, read
-from the record, so the answer costs the same for a table's 10,000th batch as for its 10th.
+It reads a bounded part of the Delta log (:mod:`airflow_eod.core.delta_log`: the newest
+checkpoint's markers and the commits after it; no JVM, no Spark session, no file list) and
+looks up the batch's ``txn`` marker and its durable commit record
+(:mod:`airflow_eod.core.commit_record`). The marker answers while it lives; the record
+answers after it expired, and is judged by the table. A committed batch comes back with its
+saved result (the version that landed it and its manifest, from the record), so the answer
+costs the same for a table's 10,000th batch as for its 10th.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
-
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit_record import CommitRecord, newest_record, record_at, repair_record
+from airflow_eod.core.delta_log import TableLog, read_log
 from airflow_eod.core.errors import UnsupportedTableError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
@@ -25,7 +24,6 @@ from airflow_eod.core.table_layout import DATA_DIR, META_DIR, local_path
 
 # What airflow-eod itself may have put in a table directory before the first commit.
 _OWN_ENTRIES = {META_DIR, DATA_DIR}
-_LOG_ENTRY = re.compile(r"^\d{20}\.(json|checkpoint.*\.parquet)$|^_last_checkpoint$")
 
 
 @dataclass(frozen=True)
@@ -55,14 +53,7 @@ class BatchStatus:
         return self.committed_generation is not None and self.committed_generation >= self.generation
 
 
-def _log_has_commits(log_dir: str) -> bool:
-    try:
-        return any(_LOG_ENTRY.match(n) for n in os.listdir(log_dir))
-    except FileNotFoundError:
-        return False
-
-
-def open_table(table_uri: str) -> DeltaTable | None:
+def open_table(table_uri: str) -> TableLog | None:
     """The Delta table at ``table_uri``, or ``None`` when there is none yet.
 
     A ``_delta_log/`` with no commit in it (a writer died while creating the table, leaving
@@ -71,11 +62,9 @@ def open_table(table_uri: str) -> DeltaTable | None:
     someone else's.
     """
     path = local_path(table_uri)
-    try:
-        return DeltaTable(path)
-    except TableNotFoundError:
-        if _log_has_commits(os.path.join(path, "_delta_log")):
-            raise
+    table = read_log(path)
+    if table is not None:
+        return table
     if os.path.isdir(path):
         foreign = sorted(set(os.listdir(path)) - _OWN_ENTRIES - {"_delta_log"})
         if foreign:
@@ -88,7 +77,7 @@ def open_table(table_uri: str) -> DeltaTable | None:
     return None
 
 
-def ask_table(table: DeltaTable | None, batch: BatchKey, generation: int = 0) -> BatchStatus:
+def ask_table(table: TableLog | None, batch: BatchKey, generation: int = 0) -> BatchStatus:
     """Ask an already opened snapshot; the commit engine uses this so that the answer and
     the commit that may follow are based on the same snapshot."""
     if table is None:

@@ -1,9 +1,10 @@
 """The delta-rs commit engine: one Delta commit that holds a batch's data files, its
 ``txn`` marker and its manifest.
 
-The marker check and the commit run against the same snapshot. A racing commit that
-carries the same appId makes ours fail (delta-rs raises ``CommitFailedError``); the
-loser goes back to the ask and never blindly retries the commit.
+The marker check and the commit run against the same snapshot, read in a bounded way
+(:mod:`airflow_eod.core.delta_log`), and the commit takes exactly the version after it
+(:mod:`airflow_eod.core.delta_commit`). A racing commit that took that version makes ours
+fail; the loser goes back to the ask and never blindly retries the commit.
 """
 
 from __future__ import annotations
@@ -20,19 +21,20 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from airflow_eod.core import table_check
 from airflow_eod.core.ask import BatchStatus, ask_table, open_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit_record import CommitRecord, write_record
+from airflow_eod.core.delta_commit import checkpoint_due, write_checkpoint, write_commit
+from airflow_eod.core.delta_log import TableLog
 from airflow_eod.core.errors import BatchError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
-from airflow_eod.core.schema_commit import commit_with_new_schema
 from airflow_eod.core.table_binding import check_table_identity
 from airflow_eod.core.table_layout import batch_dir, local_path
 
@@ -102,7 +104,7 @@ def _table_schema(schema_json: str) -> Schema:
     return Schema.from_json(json.dumps(body))
 
 
-def _check_not_nulls(table: DeltaTable, staged: StagedBatch, label: str) -> None:
+def _check_not_nulls(table: TableLog, staged: StagedBatch, label: str) -> None:
     for column in table_check.not_null_columns(table):
         for f in staged.files:
             nulls = json.loads(f.stats).get("nullCount", {}).get(column)
@@ -166,21 +168,23 @@ def _refuse_dropping_landed_files(status: BatchStatus, manifest: Manifest, label
         )
 
 
-def replaced_files(table: DeltaTable, batch: BatchKey, status: BatchStatus, label: str) -> list[RemoveAction]:
+def replaced_files(table: TableLog, batch: BatchKey, status: BatchStatus, label: str) -> list[RemoveAction]:
     """The files a restatement removes, checked against what the table says it holds.
 
     Every file of the generation being replaced must still be live: a file that another
     writer's OPTIMIZE rewrote has moved its rows into a file outside the batch's directory,
     and removing the rest would leave those rows beside the new generation's.
     """
-    if (table.metadata().configuration or {}).get("delta.appendOnly") == "true":
+    if table.metadata().configuration.get("delta.appendOnly") == "true":
         raise BatchError(
             label, "the table is append-only (delta.appendOnly=true): a batch cannot be restated"
         )
     gen = status.committed_generation
+    # The swap needs the live files, which only the full snapshot knows; restatements are rare.
+    snapshot = table.snapshot()
     if gen is None:
         # Never committed (a re-freeze): replace whatever a zombie may have landed.
-        return batch_files(table, batch)
+        return batch_files(snapshot, batch)
     if status.record is None:
         raise BatchError(
             label,
@@ -194,7 +198,7 @@ def replaced_files(table: DeltaTable, batch: BatchKey, status: BatchStatus, labe
             f"the commit record of generation {gen} lists no files for its {status.manifest.rows} rows, "
             "so they cannot be swapped out; it cannot be restated without risking duplicate rows",
         )
-    removes = batch_files(table, batch, status.record.files)
+    removes = batch_files(snapshot, batch, status.record.files)
     live = {r.path for r in removes}
     gone = [f for f in status.record.files if f not in live]
     if gone:
@@ -208,20 +212,67 @@ def replaced_files(table: DeltaTable, batch: BatchKey, status: BatchStatus, labe
 
 
 def _record_commit(
-    path: str, batch: BatchKey, generation: int, version: int, manifest: Manifest, staged: StagedBatch
+    path: str,
+    table_id: str,
+    batch: BatchKey,
+    generation: int,
+    version: int,
+    manifest: Manifest,
+    staged: StagedBatch,
 ) -> None:
-    table = open_table(path)
-    assert table is not None  # we just committed to it
-    check_table_identity(path, str(table.metadata().id))
+    check_table_identity(path, table_id)
     record = CommitRecord(
         batch.key,
         generation,
-        str(table.metadata().id),
+        table_id,
         version,
         asdict(manifest),
         sorted(f.path for f in staged.files),
     )
     write_record(PlanLog(path, batch.pipeline_id), record)
+
+
+def _create_table(
+    path: str,
+    batch: BatchKey,
+    generation: int,
+    staged: StagedBatch,
+    manifest: Manifest,
+    config: Mapping[str, str],
+    adds: list[AddAction],
+    try_number: int | None,
+) -> bool:
+    """Create the table with the batch as its first commit; ``False`` if another writer
+    created it first (the caller asks again)."""
+    props = CommitProperties(
+        custom_metadata={"userMetadata": manifest.to_user_metadata()},
+        app_transactions=[Transaction(batch.app_id, generation, int(time.time() * 1000))],
+        # delta-rs's own retry re-commits a table creation that lost as the next version,
+        # marker included, without any check: the batch would land twice.
+        max_commit_retries=0,
+    )
+    fault_point("before_commit", try_number=try_number)
+    try:
+        create_table_with_add_actions(
+            path,
+            _table_schema(staged.schema_json),
+            adds,
+            mode="error",
+            partition_by=staged.partition_by or None,
+            configuration=dict(config),
+            commit_properties=props,
+        )
+    except DeltaError as exc:
+        if open_table(path) is not None:
+            return False
+        raise BatchError(batch.label, f"the Delta commit that creates the table failed: {exc}") from exc
+    return True
+
+
+def _created_id(path: str) -> str:
+    table = open_table(path)
+    assert table is not None  # we just created it
+    return str(table.metadata().id)
 
 
 def commit_batch(
@@ -263,70 +314,49 @@ def commit_batch(
         status = ask_table(table, batch, generation)
         if status.committed:
             return False, status
-        props = CommitProperties(
-            custom_metadata={"userMetadata": manifest.to_user_metadata()},
-            app_transactions=[Transaction(batch.app_id, generation, int(time.time() * 1000))],
-            # No retries inside delta-rs: a commit that loses a race comes back here and asks
-            # again. delta-rs's own retry re-commits a table creation that lost as the next
-            # version, marker included, without any check: the batch would land twice.
-            max_commit_retries=0,
-        )
-        version = 0 if table is None else table.version() + 1
         try:
             if table is None:
-                fault_point("before_commit", try_number=try_number)
-                create_table_with_add_actions(
-                    path,
-                    _table_schema(staged.schema_json),
-                    adds,
-                    mode="error",
-                    partition_by=staged.partition_by or None,
-                    configuration=config,
-                    commit_properties=props,
-                )
+                if not _create_table(path, batch, generation, staged, manifest, config, adds, try_number):
+                    log.info("batch %s: another attempt created the table first; asking again", batch)
+                    continue
+                version, checkpoint = 0, False
             else:
                 table_check.check_writable(table, path)
                 widened = table_check.check_schema(
                     table, staged.schema_json, staged.partition_by, batch.label, schema_policy
                 )
                 _check_not_nulls(table, staged, batch.label)
-                actions: list[AddAction | RemoveAction] = list(adds)
+                removes: list[RemoveAction] = []
                 if replace_previous:
                     _refuse_dropping_landed_files(status, manifest, batch.label)
-                    actions += replaced_files(table, batch, status, batch.label)
-                fault_point("before_commit", try_number=try_number)
-                if widened is not None:
-                    if replace_previous:
+                    removes = replaced_files(table, batch, status, batch.label)
+                    if widened is not None:
                         raise BatchError(
                             batch.label,
                             "a restatement cannot add columns in the same commit; add them with a "
                             "normal load first, or alter the table",
                         )
-                    if not commit_with_new_schema(path, table, widened, adds, manifest, batch, generation):
-                        log.info("batch %s: the table moved on before our commit; asking again", batch)
-                        _back_off(round_no)
-                        continue
-                else:
-                    table.create_write_transaction(
-                        actions,
-                        "append",
-                        table.schema(),
-                        partition_by=list(table.metadata().partition_columns) or None,
-                        commit_properties=props,
+                fault_point("before_commit", try_number=try_number)
+                if not write_commit(table, batch, generation, manifest, adds, removes, schema_json=widened):
+                    log.info(
+                        "batch %s: commit lost a race for version %d; asking again",
+                        batch,
+                        table.version() + 1,
                     )
-        except CommitFailedError as exc:
-            log.info("batch %s: commit lost a race (%s); asking the table again", batch, exc)
-            _back_off(round_no)
-            continue
-        except DeltaError as exc:
-            if table is None and open_table(path) is not None:
-                log.info("batch %s: another attempt created the table first; asking again", batch)
-                continue
+                    _back_off(round_no)
+                    continue
+                version = table.version() + 1
+                checkpoint = checkpoint_due(table, version)
+        except OSError as exc:
             raise BatchError(batch.label, f"the Delta commit failed: {exc}") from exc
-        # With no retries inside delta-rs, our commit is exactly the version after the
-        # snapshot's; the record makes the batch answerable after its marker expires.
+        table_id = str(table.metadata().id) if table is not None else _created_id(path)
+        # Our commit is exactly the version after the snapshot's; the record makes the
+        # batch answerable after its marker expires.
         fault_point("before_record", try_number=try_number)
-        _record_commit(path, batch, generation, version, manifest, staged)
+        _record_commit(path, table_id, batch, generation, version, manifest, staged)
+        if checkpoint:
+            assert table is not None
+            write_checkpoint(path, version, table.metadata().configuration)
         after = ask_table(open_table(path), batch, generation)
         if not after.committed:
             raise BatchError(batch.label, "the commit returned but the table has no marker for it")

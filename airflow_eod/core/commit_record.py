@@ -12,11 +12,13 @@ and the batch's files. The committing attempt writes it right after the commit; 
 finds a marker without a record writes it from the commit in the log, so the record is there
 long before the marker can expire. A record is believed only when it fits the table: the
 same table id (not a table re-created at the same path) and a version the table has reached.
+And it is judged by the table: while the commit it names is in the log, that commit must
+carry the batch's marker at the record's generation, and while the marker lives it must not
+be older than the record. A record the table contradicts is corrupt, and reported as such.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import asdict, dataclass
@@ -24,9 +26,9 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
-from deltalake import DeltaTable
-
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.delta_log import TableLog, commit_path, read_commit_actions
+from airflow_eod.core.errors import CorruptRecordError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
 
@@ -58,7 +60,7 @@ class CommitRecord:
     def manifest_obj(self) -> Manifest:
         return Manifest(**self.manifest)
 
-    def fits(self, table: DeltaTable) -> bool:
+    def fits(self, table: TableLog) -> bool:
         """Whether this record describes ``table`` (not an older table at the same path)."""
         return self.table_id == str(table.metadata().id) and self.table_version <= table.version()
 
@@ -77,7 +79,37 @@ def write_record(plan_log: PlanLog, record: CommitRecord) -> None:
     plan_log.put_commit_record(record.batch_key, record.generation, record.table_id, body)
 
 
-def newest_record(plan_log: PlanLog, table: DeltaTable, batch: BatchKey) -> CommitRecord | None:
+def judge(plan_log: PlanLog, table: TableLog, batch: BatchKey, record: CommitRecord) -> CommitRecord:
+    """``record`` if the table does not contradict it; :class:`CorruptRecordError` if it does.
+
+    Reads one commit file at most: the record's own commit, while the log holds it.
+    """
+    where = plan_log.commit_record_path(batch.key, record.generation, record.table_id)
+    actions = read_commit_actions(table.path, record.table_version, {"txn"})
+    if actions is not None:
+        carried = [int(a["txn"]["version"]) for a in actions if a["txn"].get("appId") == batch.app_id]
+        if record.generation not in carried:
+            found = f"marker version(s) {carried}" if carried else "no marker of the batch"
+            raise CorruptRecordError(
+                f"batch {batch.label}: commit record {where} says generation {record.generation} landed "
+                f"at table version {record.table_version}, but that commit "
+                f"({commit_path(table.path, record.table_version)}) carries {found}. The table is the "
+                "truth: move the record aside and run the batch again (see the runbook, 'a corrupt "
+                "commit record')"
+            )
+        return record
+    marker = table.transaction_version(batch.app_id)
+    if marker is not None and marker < record.generation:
+        raise CorruptRecordError(
+            f"batch {batch.label}: commit record {where} says generation {record.generation} landed at "
+            f"table version {record.table_version}, but the table's marker of the batch is at "
+            f"generation {marker}. The table is the truth: move the record aside and run the batch "
+            "again (see the runbook, 'a corrupt commit record')"
+        )
+    return record
+
+
+def newest_record(plan_log: PlanLog, table: TableLog, batch: BatchKey) -> CommitRecord | None:
     """The newest record of ``batch`` that fits ``table``, or ``None``."""
     record = _from_body(plan_log.newest_commit_record(batch.key, str(table.metadata().id)))
     if record is None:
@@ -94,27 +126,48 @@ def newest_record(plan_log: PlanLog, table: DeltaTable, batch: BatchKey) -> Comm
             table.version(),
         )
         return None
-    return record
+    return judge(plan_log, table, batch, record)
 
 
-def record_at(plan_log: PlanLog, table: DeltaTable, batch: BatchKey, generation: int) -> CommitRecord | None:
+def record_at(plan_log: PlanLog, table: TableLog, batch: BatchKey, generation: int) -> CommitRecord | None:
     """The record of ``batch`` at exactly ``generation`` that fits ``table``, or ``None``."""
     record = _from_body(plan_log.commit_record(batch.key, generation, str(table.metadata().id)))
-    return record if record is not None and record.fits(table) else None
+    if record is None or not record.fits(table):
+        return None
+    return judge(plan_log, table, batch, record)
 
 
-def find_commit(table: DeltaTable, batch: BatchKey, generation: int) -> tuple[int, Manifest] | None:
-    """The (version, manifest) of the commit that landed ``batch`` at ``generation``, from
-    the log's commit infos, newest first; ``None`` once that commit has aged out."""
-    for info in table.history():
-        manifest = Manifest.from_user_metadata(info.get("userMetadata"))
-        if (
-            manifest is not None
-            and manifest.pipeline_id == batch.pipeline_id
-            and manifest.batch_key == batch.key
-            and manifest.generation == generation
-        ):
-            return int(info["version"]), manifest
+def _landed(table: TableLog, batch: BatchKey, generation: int, version: int) -> Manifest | None:
+    actions = read_commit_actions(table.path, version, {"txn", "commitInfo"})
+    if not actions or not any(
+        a["txn"].get("appId") == batch.app_id and int(a["txn"]["version"]) == generation
+        for a in actions
+        if "txn" in a
+    ):
+        return None
+    for a in actions:
+        if "commitInfo" in a:
+            manifest = Manifest.from_user_metadata(a["commitInfo"].get("userMetadata"))
+            if manifest is not None and manifest.batch_key == batch.key:
+                return manifest
+    return None
+
+
+def find_commit(table: TableLog, batch: BatchKey, generation: int) -> tuple[int, Manifest] | None:
+    """The (version, manifest) of the commit that landed ``batch`` at ``generation``; ``None``
+    once that commit has aged out of the log.
+
+    Only a committer that died before its record sends an ask here. A marker set after the
+    newest checkpoint names its commit; otherwise the log is searched newest first.
+    """
+    known = table.marker_commit(batch.app_id)
+    candidates = [known] if known is not None else range(table.version(), -1, -1)
+    for version in candidates:
+        if not os.path.exists(commit_path(table.path, version)):
+            break  # older commits have aged out too
+        manifest = _landed(table, batch, generation, version)
+        if manifest is not None:
+            return version, manifest
     return None
 
 
@@ -123,22 +176,14 @@ def commit_files(table_path: str, version: int) -> list[str] | None:
     file is gone. A commit that carries a batch's marker lands that batch and nothing else,
     so these are the batch's files, wherever the engine put them (Delta Spark writes them
     at the table root, not under the batch's directory)."""
-    path = os.path.join(table_path, "_delta_log", f"{version:020d}.json")
-    try:
-        with open(path) as fh:
-            lines = fh.read().splitlines()
-    except FileNotFoundError:
+    actions = read_commit_actions(table_path, version, {"add"})
+    if actions is None:
         return None
-    files = []
-    for line in lines:
-        add = json.loads(line).get("add") if line.strip() else None
-        if add is not None:
-            files.append(unquote(add["path"]))
-    return sorted(files)
+    return sorted(unquote(a["add"]["path"]) for a in actions)
 
 
 def repair_record(
-    plan_log: PlanLog, table: DeltaTable, batch: BatchKey, generation: int
+    plan_log: PlanLog, table: TableLog, batch: BatchKey, generation: int
 ) -> CommitRecord | None:
     """Write the missing record of a generation whose marker the table holds, from the commit
     in the log (an attempt died between its commit and its record). ``None`` when that commit

@@ -46,3 +46,7 @@ class MalformedInputError(BatchError):
 
 class RetentionWindowError(BatchError):
     """The batch is older than the table's transaction-retention window (invariant I5)."""
+
+
+class CorruptRecordError(PlanLogError):
+    """A durable commit record says a batch landed where the table says it did not."""

@@ -13,6 +13,8 @@ Layout, under ``<table>/_eod/pipelines/<pipeline_id>/``::
     restatements/<hash>[.N].json which generation a DAG run restates a batch to (a chain:
                                  link N+1 re-freezes a restatement whose input changed)
     files/<path hash>.json       which interval batch owns a landing file (first claim wins)
+    loaded/<seq>.json            the inputs every offset batch up to <seq> loaded (an index,
+                                 see :mod:`airflow_eod.core.offset_history`)
     batches/<batch_key>/g<N>.<table id>.json  the durable commit record of generation N
                                  (see :mod:`airflow_eod.core.commit_record`)
 
@@ -220,13 +222,17 @@ class PlanLog:
             )
         return plan
 
-    def offset_seqs(self) -> list[int]:
-        """The sequence numbers of every stored offset plan, ascending."""
-        try:
-            names = os.listdir(self._path("offsets"))
-        except FileNotFoundError:
-            return []
-        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+    def newest_offset_seq(self) -> int | None:
+        """The sequence number of the newest offset plan, or ``None``.
+
+        Probes forward from the newest loaded index (offset plans are numbered without gaps),
+        so the cost does not grow with the pipeline's history the way a listing would.
+        """
+        indexed = self._newest_index_seq()
+        seq = -1 if indexed is None else indexed
+        while os.path.exists(self._plan_path(OFFSETS, "", seq + 1)):
+            seq += 1
+        return None if seq < 0 else seq
 
     def get_offset_plan(self, seq: int) -> Plan:
         path = self._plan_path(OFFSETS, "", seq)
@@ -234,6 +240,31 @@ class PlanLog:
         if plan is None:
             raise PlanLogError(f"plan-log entry {path} is missing")
         return plan
+
+    # -- the loaded index (offset batches) ----------------------------------------
+    def _newest_index_seq(self) -> int | None:
+        try:
+            names = os.listdir(self._path("loaded"))
+        except FileNotFoundError:
+            return None
+        seqs = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
+        return max(seqs) if seqs else None
+
+    def loaded_index(self) -> tuple[int, list[str]] | None:
+        """The newest index: ``(seq, keys of every batch up to seq)``, or ``None``."""
+        seq = self._newest_index_seq()
+        if seq is None:
+            return None
+        path = self._path("loaded", f"{seq:08d}.json")
+        body = self._read(path)
+        if body is None or body.get("through") != seq or not isinstance(body.get("keys"), list):
+            raise PlanLogError(f"loaded index {path} is inconsistent")
+        return seq, [str(k) for k in body["keys"]]
+
+    def put_loaded_index(self, seq: int, keys: list[str]) -> None:
+        """Store the index of every batch up to ``seq`` (first writer wins: racers compute
+        the same keys from the same committed plans)."""
+        self._put_if_absent(self._path("loaded", f"{seq:08d}.json"), {"through": seq, "keys": keys})
 
     # -- claims ------------------------------------------------------------------
     def _claim_path(self, run_token: str) -> str:
@@ -363,6 +394,9 @@ class PlanLog:
         suffix = f".{table_id}.json"
         gens = [int(n[1 : -len(suffix)]) for n in names if n.startswith("g") and n.endswith(suffix)]
         return self.commit_record(batch_key, max(gens), table_id) if gens else None
+
+    def commit_record_path(self, batch_key: str, generation: int, table_id: str) -> str:
+        return os.path.join(self._record_dir(batch_key), self._record_name(generation, table_id))
 
     def commit_record(self, batch_key: str, generation: int, table_id: str) -> dict[str, Any] | None:
         """The commit record of ``batch_key`` at ``generation`` in table ``table_id``, or ``None``."""

@@ -17,13 +17,14 @@ from typing import Any
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchError, ConfigurationError
+from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.plan_log import INTERVAL, OFFSETS, Plan, PlanLog
 
 log = logging.getLogger(__name__)
 
-# Given the plans of every earlier batch, return (boundary, inputs) of the next batch, or
-# None when the source holds nothing new.
-NextOffsets = Callable[[list[Plan]], "tuple[dict[str, Any], list[dict[str, Any]]] | None"]
+# Given what earlier batches loaded, return (boundary, inputs) of the next batch, or None
+# when the source holds nothing new.
+NextOffsets = Callable[[OffsetHistory], "tuple[dict[str, Any], list[dict[str, Any]]] | None"]
 
 
 def _refuse_mixed_kinds(plan_log: PlanLog, kind: str) -> None:
@@ -62,29 +63,29 @@ def plan_offset_batch(
         log.info("run %s already claimed batch %s; loading that batch again", run_token, plan.key)
         return plan
     _refuse_mixed_kinds(plan_log, OFFSETS)
-    seqs = plan_log.offset_seqs()
-    history = [plan_log.get_offset_plan(s) for s in seqs]
-    if history and not is_committed(history[-1].key):
+    history = OffsetHistory.read(plan_log)
+    newest = None if history.newest_seq is None else history.plan(history.newest_seq)
+    if newest is not None and not is_committed(newest.key):
         # The newest batch is planned but not committed (a crashed run, or one still
         # running): this run loads that same batch, and fencing picks one committer.
-        latest = plan_log.check_source(history[-1], source)
+        latest = plan_log.check_source(newest, source)
         assert latest.seq is not None
         return plan_log.get_offset_plan(plan_log.claim(run_token, latest.seq))
-    if history and history[-1].source and source and history[-1].source != source:
+    if newest is not None and newest.source and source and newest.source != source:
         # An offset pipeline's frontier belongs to its source: another directory or table
         # (a mapped task whose expand list was reordered, an edited path) would be loaded
         # from a frontier that is not its own.
         raise ConfigurationError(
-            f"pipeline {plan_log.pipeline_id} loads {json.dumps(history[-1].source, sort_keys=True)}, "
+            f"pipeline {plan_log.pipeline_id} loads {json.dumps(newest.source, sort_keys=True)}, "
             f"and this run's source is {json.dumps(source, sort_keys=True)}: an offset pipeline's "
             "frontier belongs to one source. Point the task back at it, or give the new source its "
             "own pipeline_id (mapped tasks: a pipeline_id per mapped value)"
         )
-    nxt = next_offsets([_newest_generation(plan_log, p) for p in history])
+    nxt = next_offsets(history)
     if nxt is None:
         return None
     boundary, inputs = nxt
-    seq = seqs[-1] + 1 if seqs else 0
+    seq = 0 if history.newest_seq is None else history.newest_seq + 1
     key = BatchKey.for_offsets(plan_log.pipeline_id, seq, {"boundary": boundary, "inputs": inputs})
     stored = plan_log.put_plan(
         Plan(plan_log.pipeline_id, key.key, OFFSETS, boundary, inputs, seq=seq, source=source)
@@ -94,28 +95,6 @@ def plan_offset_batch(
         plan_log.check_source(stored, source)
     assert stored.seq is not None
     return plan_log.get_offset_plan(plan_log.claim(run_token, stored.seq))
-
-
-def _newest_generation(plan_log: PlanLog, plan: Plan) -> Plan:
-    """What a committed offset batch holds: the plan of its committed generation.
-
-    A re-freeze may drop a planned file that was gone (never loaded): the next batch loads
-    it when it is delivered again. A re-freeze that never committed must not count, though:
-    its older generation may be the one that landed. When the commit record cannot say
-    which generation landed, every generation's files count as loaded.
-    """
-    newest = plan_log.newest_generation(plan.batch_key)
-    if newest == 0:
-        return plan
-    table_id = plan_log.bound_table_id()
-    record = plan_log.newest_commit_record(plan.batch_key, table_id) if table_id else None
-    if record is not None:
-        return plan_log.get_plan(plan.batch_key, int(record["generation"])) or plan
-    inputs: dict[str, dict[str, Any]] = {}
-    for gen in range(newest + 1):
-        for entry in (plan_log.get_plan(plan.batch_key, gen) or plan).inputs:
-            inputs.setdefault(str(entry.get("path", len(inputs))), entry)
-    return replace(plan, inputs=list(inputs.values()))
 
 
 def plan_interval_batch(

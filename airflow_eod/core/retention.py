@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from deltalake import DeltaTable
-
+from airflow_eod.core.delta_log import TableLog
 from airflow_eod.core.errors import ConfigurationError, RetentionWindowError
 from airflow_eod.core.plan_log import Plan
 
@@ -44,7 +43,7 @@ def _span(delta: timedelta) -> str:
     return f"{seconds} seconds"
 
 
-def retention_window(table: DeltaTable | None) -> timedelta | None:
+def retention_window(table: TableLog | None) -> timedelta | None:
     """The table's marker retention, or ``None`` when markers never expire."""
     if table is None:
         return None
@@ -64,7 +63,7 @@ def safety_margin(window: timedelta) -> timedelta:
     return min(MAX_CLOCK_SKEW, window / 10)
 
 
-def check_retention(table: DeltaTable | None, plan: Plan, *, now: datetime | None = None) -> None:
+def check_retention(table: TableLog | None, plan: Plan, *, now: datetime | None = None) -> None:
     """Refuse an uncommitted batch planned longer ago than the retention window, less a
     margin for clock skew (:func:`safety_margin`)."""
     window = retention_window(table)

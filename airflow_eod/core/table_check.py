@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deltalake import DeltaTable
-
+from airflow_eod.core.delta_log import TableLog
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
 
 # Writer features whose rules an append (and a file swap) by this engine keeps.
@@ -35,7 +34,7 @@ def _walk_metadata(fields: list[dict[str, Any]], prefix: str = "") -> list[tuple
     return out
 
 
-def unsupported_features(table: DeltaTable) -> list[str]:
+def unsupported_features(table: TableLog) -> list[str]:
     """Why the engine cannot write ``table``, one reason per item; empty if it can."""
     reasons: list[str] = []
     protocol = table.protocol()
@@ -43,14 +42,14 @@ def unsupported_features(table: DeltaTable) -> list[str]:
     unknown = sorted(features - SUPPORTED_WRITER_FEATURES)
     if unknown:
         reasons.append(f"writer features {', '.join(unknown)}")
-    config = table.metadata().configuration or {}
+    config = table.metadata().configuration
     constraints = sorted(k for k in config if k.startswith("delta.constraints."))
     if constraints:
         reasons.append(f"CHECK constraints ({', '.join(c.split('.', 2)[2] for c in constraints)})")
     mode = config.get("delta.columnMapping.mode")
     if mode not in (None, "none"):
         reasons.append(f"column mapping (mode {mode})")
-    for name, meta in _walk_metadata(_fields(table.schema().to_json())):
+    for name, meta in _walk_metadata(_fields(table.schema_json())):
         if "delta.generationExpression" in meta:
             reasons.append(f"generated column {name}")
         if any(k.startswith("delta.identity.") for k in meta):
@@ -60,7 +59,7 @@ def unsupported_features(table: DeltaTable) -> list[str]:
     return reasons
 
 
-def check_writable(table: DeltaTable, table_uri: str) -> None:
+def check_writable(table: TableLog, table_uri: str) -> None:
     """Raise :class:`UnsupportedTableError` if the engine cannot honour ``table``."""
     reasons = unsupported_features(table)
     if reasons:
@@ -116,7 +115,7 @@ def _diff(
 
 
 def check_schema(
-    table: DeltaTable,
+    table: TableLog,
     batch_schema_json: str,
     partition_by: list[str],
     batch_label: str,
@@ -128,7 +127,7 @@ def check_schema(
         (JSON) when the policy is ``add_columns`` and the batch only brings new columns.
     :raises SchemaMismatchError: for any other difference; type changes always fail.
     """
-    table_json = table.schema().to_json()
+    table_json = table.schema_json()
     new, missing, changed = _diff(table_json, batch_schema_json)
     table_parts = list(table.metadata().partition_columns)
     problems = schema_differences(table_json, batch_schema_json)
@@ -160,6 +159,6 @@ def check_schema(
     )
 
 
-def not_null_columns(table: DeltaTable) -> list[str]:
+def not_null_columns(table: TableLog) -> list[str]:
     """Top-level columns the table declares NOT NULL."""
-    return [f["name"] for f in _fields(table.schema().to_json()) if not f.get("nullable", True)]
+    return [f["name"] for f in _fields(table.schema_json()) if not f.get("nullable", True)]

@@ -44,7 +44,8 @@ def _known_keys(table_uri: str) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for pipeline in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         log = PlanLog(table_uri, pipeline)
-        keys = {log.get_offset_plan(s).batch_key for s in log.offset_seqs()}
+        newest = log.newest_offset_seq()
+        keys = {log.get_offset_plan(s).batch_key for s in range(newest + 1 if newest is not None else 0)}
         idir = os.path.join(log.root, "intervals")
         if os.path.isdir(idir):
             keys |= {n[:-5] for n in os.listdir(idir) if n.endswith(".json") and ".g" not in n}
@@ -62,7 +63,7 @@ def table_status(table_uri: str) -> list[PipelineSummary]:
     table = open_table(table_uri)
     keys = _known_keys(table_uri)
     if table is not None:
-        for info in table.history():
+        for info in table.snapshot().history():  # a report, not a hot path
             m = Manifest.from_user_metadata(info.get("userMetadata"))
             if m is not None:
                 keys.setdefault(m.pipeline_id, set()).add(m.batch_key)

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     delta = open_table(table)
     commits = []
     if delta is not None:
-        for info in delta.history():
+        for info in delta.snapshot().history():
             m = Manifest.from_user_metadata(info.get("userMetadata"))
             if m is not None:
                 commits.append(f"v{info['version']} by try {m.try_number}")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
+from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.sources.base import ReadContext
@@ -174,9 +175,11 @@ class JdbcIncrementalSource:
     # -- planning ----------------------------------------------------------------
     def _next_offsets(
         self, ctx: ReadContext
-    ) -> Callable[[list[Plan]], tuple[dict[str, Any], list[dict[str, Any]]] | None]:
-        def next_offsets(history: list[Plan]) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-            low = history[-1].boundary["high"] if history else None
+    ) -> Callable[[OffsetHistory], tuple[dict[str, Any], list[dict[str, Any]]] | None]:
+        def next_offsets(history: OffsetHistory) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+            # Only the newest batch matters: the next one starts where it ended.
+            newest = history.newest()
+            low = newest.boundary["high"] if newest is not None else None
             where = "" if low is None else f" WHERE {self._k} > {_literal(low, self.key_type)}"
             if self.max_rows_per_batch:
                 sql = (

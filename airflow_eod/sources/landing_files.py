@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
+from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.sources.base import ReadContext
@@ -25,6 +26,7 @@ from airflow_eod.spark.landing_reader import read_landing_batch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from collections.abc import Set as AbstractSet
 
     from pyspark.sql import DataFrame
 
@@ -106,23 +108,41 @@ class LandingFilesSource:
             "boundary": self.boundary,
         }
 
-    def list_files(self, label: str | None = None) -> list[dict[str, Any]]:
-        """Every candidate file now, oldest first (mtime, then path).
+    def list_files(
+        self, label: str | None = None, *, skip: AbstractSet[str] = frozenset()
+    ) -> list[dict[str, Any]]:
+        """Every candidate file now, oldest first (mtime, then path), except those in ``skip``.
 
         A file is identified by its canonical path: the same file reached through a symlink
         is the same file, and a file moved or copied to another path is a new one (as in
-        Auto Loader and COPY INTO).
+        Auto Loader and COPY INTO). Files in ``skip`` (loaded already) are not even stat'ed:
+        a landing directory that keeps its old files costs a directory read per planning,
+        not a stat per file ever delivered. Like ``os.walk``, symlinked directories are not
+        entered.
         """
         root = self.root
         if not os.path.isdir(root):
             raise BatchError(label, f"landing directory {root} does not exist (a missing source)")
         found: dict[str, dict[str, Any]] = {}
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith(("_", ".")))
-            for name in filenames:
-                if name.startswith(("_", ".")) or not fnmatch.fnmatch(name, self.pattern):
+        pending = [root]
+        while pending:
+            try:
+                entries = list(os.scandir(pending.pop()))
+            except (FileNotFoundError, NotADirectoryError):  # removed while listing
+                continue
+            for entry in entries:
+                if entry.name.startswith(("_", ".")):
                     continue
-                full = os.path.realpath(os.path.join(dirpath, name))
+                if entry.is_dir():
+                    if not entry.is_symlink():
+                        pending.append(entry.path)
+                    continue
+                if not fnmatch.fnmatch(entry.name, self.pattern):
+                    continue
+                # Below a canonical root, only a symlink's path differs from the file's own.
+                full = os.path.realpath(entry.path) if entry.is_symlink() else entry.path
+                if full in skip or full in found:
+                    continue
                 try:
                     st = os.stat(full)
                 except FileNotFoundError:  # a dangling link, or a file removed while listing
@@ -130,16 +150,12 @@ class LandingFilesSource:
                 found[full] = {"path": full, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
         return sorted(found.values(), key=lambda f: (f["mtime_ns"], f["path"]))
 
-    def _next_offsets(self, history: list[Plan]) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        loaded = {_canonical(f["path"], plan) for plan in history for f in plan.inputs}
-        listing = self.list_files()
-        if history:
-            self._refuse_remounted(history, listing)
+    def _next_offsets(self, history: OffsetHistory) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        self._refuse_remounted(history)
+        loaded = history.loaded(lambda plan: [_canonical(f["path"], plan) for f in plan.inputs])
         batch: list[dict[str, Any]] = []
         total = 0
-        for entry in listing:
-            if entry["path"] in loaded:
-                continue
+        for entry in self.list_files(skip=loaded):
             if batch and self.max_files_per_batch and len(batch) >= self.max_files_per_batch:
                 break
             if batch and self.max_bytes_per_batch and total + entry["size"] > self.max_bytes_per_batch:
@@ -150,27 +166,29 @@ class LandingFilesSource:
             return None
         return {"directory": self.root, "files": len(batch), "bytes": total}, batch
 
-    def _refuse_remounted(self, history: list[Plan], listing: list[dict[str, Any]]) -> None:
+    def _refuse_remounted(self, history: OffsetHistory) -> None:
         """Refuse a landing directory that holds the pipeline's loaded files under a new path.
 
         Files are identified by path, so a directory reached through another mount would load
         every file again. When the pipeline's directory changed and a file there has the
         relative path, size and mtime of a loaded one, it is the same file seen twice.
         """
-        previous = history[-1].boundary.get("directory")
-        if previous and not history[-1].source:
+        newest = history.newest()
+        previous = newest.boundary.get("directory") if newest is not None else None
+        if previous and newest is not None and not newest.source:
             previous = os.path.realpath(previous)  # planned before paths were canonical
-        if not previous or previous == self.root:
+        if newest is None or not previous or previous == self.root:
             return
+        # The directory changed (rare): only now is every plan read.
         loaded = {
             (os.path.relpath(f["path"], plan.boundary.get("directory", previous)), f["size"], f["mtime_ns"])
-            for plan in history
+            for plan in history.plans()
             for f in plan.inputs
         }
-        for entry in listing:
+        for entry in self.list_files():
             if (os.path.relpath(entry["path"], self.root), entry["size"], entry["mtime_ns"]) in loaded:
                 raise ConfigurationError(
-                    f"pipeline {history[-1].pipeline_id} loaded {previous}; its landing path is now "
+                    f"pipeline {newest.pipeline_id} loaded {previous}; its landing path is now "
                     f"{self.root}, which holds {entry['path']} with the name, size and mtime of a file "
                     "it already loaded (the same directory through another mount?). Files are "
                     "identified by their path, so they would all load again. Point landing_path at the "

@@ -1,0 +1,234 @@
+"""The shape of the cost (issue 7): the ask, the commit and planning open a bounded number of
+files whatever the batch count. Not timed: the files and log entries each step opens are
+counted, on histories built through the real planner and commit engine (files staged with
+pyarrow instead of Spark). Timings live in benchmarks/.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, Schema
+
+from airflow_eod.core import delta_log, offset_history
+from airflow_eod.core.ask import ask, open_table
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch
+from airflow_eod.core.commit_record import CommitRecord, write_record
+from airflow_eod.core.errors import CorruptRecordError
+from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.parquet_stats import file_stats
+from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planner import plan_offset_batch
+from airflow_eod.core.table_layout import attempt_dir
+from airflow_eod.sources.landing_files import LandingFilesSource
+
+PIPELINE = "tests.flat"
+CONFIG = {"delta.checkpointInterval": "10"}
+
+
+def _stage(table: str, plan: Plan) -> tuple[StagedBatch, Manifest]:
+    attempt = uuid.uuid4().hex[:16]
+    rel_dir = attempt_dir(plan.key, plan.generation, attempt)
+    os.makedirs(os.path.join(table, rel_dir), exist_ok=True)
+    rel = f"{rel_dir}/part-0.parquet"
+    data = pa.table({"seq": pa.array([plan.seq or 0], pa.int64())})
+    pq.write_table(data, os.path.join(table, rel))
+    rows, stats = file_stats(os.path.join(table, rel))
+    st = os.stat(os.path.join(table, rel))
+    staged = StagedBatch(
+        Schema.from_arrow(data.schema).to_json(),
+        [],
+        rel_dir,
+        [StagedFile(rel, st.st_size, int(st.st_mtime * 1000), {}, rows, stats)],
+    )
+    manifest = Manifest(
+        PIPELINE, plan.batch_key, plan.generation, plan.boundary, plan.input_fingerprint, rows, 1, attempt, "delta-rs"
+    )
+    return staged, manifest
+
+
+def _grow(table: str, landing: str, upto: int) -> list[Plan]:
+    """Land one file per batch and load batches until the table holds ``upto`` of them."""
+    source = LandingFilesSource(path=landing, file_format="csv")
+    plans: list[Plan] = []
+    seq = PlanLog(table, PIPELINE).newest_offset_seq()
+    for n in range(0 if seq is None else seq + 1, upto):
+        with open(os.path.join(landing, f"f{n:05d}.csv"), "w") as fh:
+            fh.write(f"seq\n{n}\n")
+        plan = source.plan(
+            PlanLog(table, PIPELINE), run_token=f"run-{n}", is_committed=lambda k: ask(table, k).committed
+        )
+        assert plan is not None and plan.seq == n
+        commit_batch(table, plan.key, 0, *_stage(table, plan), table_configuration=CONFIG)
+        plans.append(plan)
+    return plans
+
+
+@contextmanager
+def _counting() -> Iterator[Counter[str]]:
+    """Count the files opened, directories read and files stat'ed (by the Python side; the
+    checkpoint's Parquet reads are counted by delta_log's own stats)."""
+    seen: Counter[str] = Counter()
+    real_open, real_scandir, real_listdir, real_stat = builtins.open, os.scandir, os.listdir, os.stat
+
+    def counted(kind: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            seen[kind] += 1
+            return fn(*args, **kw)
+
+        return wrapper
+
+    builtins.open = counted("open", real_open)
+    os.scandir = counted("scandir", real_scandir)
+    os.listdir = counted("listdir", real_listdir)
+    os.stat = counted("stat", real_stat)
+    try:
+        yield seen
+    finally:
+        builtins.open, os.scandir, os.listdir, os.stat = real_open, real_scandir, real_listdir, real_stat
+
+
+def _ask_cost(table: str, key: BatchKey) -> tuple[Counter[str], delta_log.LogReadStats]:
+    """What one ask opens in a fresh process (an Airflow task): no earlier reading cached."""
+    delta_log.clear_cache()
+    with _counting() as seen:
+        status = ask(table, key)
+    assert status.committed
+    delta_log.clear_cache()
+    reading = open_table(table)
+    assert reading is not None
+    return seen, reading.stats
+
+
+@pytest.fixture(scope="module")
+def histories(tmp_path_factory: Any) -> dict[int, tuple[str, list[Plan]]]:
+    """Two tables whose newest versions sit at the same place after a checkpoint: 23 and
+    203 batches with a checkpoint every 10 commits."""
+    out = {}
+    for n in (23, 203):
+        root = tmp_path_factory.mktemp(f"flat{n}")
+        table, landing = str(root / "table"), str(root / "landing")
+        os.makedirs(landing)
+        out[n] = (table, _grow(table, landing, n))
+    return out
+
+
+def test_the_ask_reads_the_same_files_at_203_batches_as_at_23(histories: dict[int, Any]) -> None:
+    costs = {}
+    for n, (table, plans) in histories.items():
+        oldest, newest = _ask_cost(table, plans[0].key), _ask_cost(table, plans[-1].key)
+        costs[n] = (oldest, newest)
+        for seen, reading in (oldest, newest):
+            assert not reading.listed and not reading.fell_back
+            assert reading.checkpoint_files_read == 1
+            assert reading.commits_read <= 10
+            assert seen["listdir"] <= 2 and seen["scandir"] == 0
+    assert costs[203][0][0] == costs[23][0][0], "the oldest batch's ask opened more files at 203 batches"
+    assert costs[203][1][0] == costs[23][1][0], "the newest batch's ask opened more files at 203 batches"
+    assert costs[203][0][1].commits_read == costs[23][0][1].commits_read
+
+
+def test_commits_checkpoint_so_the_log_tail_stays_short(histories: dict[int, Any]) -> None:
+    table, _ = histories[203]
+    names = os.listdir(os.path.join(table, "_delta_log"))
+    checkpoints = sorted(int(n[:20]) for n in names if n.endswith(".checkpoint.parquet"))
+    assert checkpoints[-1] == 200 and len(checkpoints) >= 20
+    delta_log.clear_cache()
+    reading = open_table(table)
+    assert reading is not None and reading.version() == 202 and reading.checkpoint_version == 200
+    # The bounded reading agrees with delta-rs's full one.
+    full = DeltaTable(table)
+    assert full.version() == reading.version()
+    assert full.metadata().id == reading.metadata().id
+    for plan in histories[203][1][::37]:
+        assert full.transaction_version(plan.key.app_id) == reading.transaction_version(plan.key.app_id) == 0
+    assert len(full.file_uris()) == 203
+
+
+def test_planning_the_next_batch_opens_the_same_files_at_203_batches_as_at_23(
+    histories: dict[int, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    costs = {}
+    for n, (table, _plans) in histories.items():
+        landing = os.path.join(os.path.dirname(table), "landing")
+        with open(os.path.join(landing, "new.csv"), "w") as fh:
+            fh.write("seq\n-1\n")
+        source = LandingFilesSource(path=landing, file_format="csv")
+        delta_log.clear_cache()
+        with _counting() as seen:
+            plan = source.plan(
+                PlanLog(table, PIPELINE), run_token="next-run", is_committed=lambda k, t=table: ask(t, k).committed
+            )
+        assert plan is not None and [os.path.basename(f["path"]) for f in plan.inputs] == ["new.csv"]
+        commit_batch(table, plan.key, 0, *_stage(table, plan), table_configuration=CONFIG)
+        costs[n] = seen
+    # The landing directory keeps every old file: it is read once, and only the new file is
+    # stat'ed; the plan log is read from its index and the plans after it.
+    # (os.stat also counts the probes for the newest plan, which start at the newest index.)
+    assert costs[203]["stat"] <= costs[23]["stat"] < 60
+    assert costs[203]["scandir"] == costs[23]["scandir"] == 1
+    assert costs[203]["open"] <= costs[23]["open"] + offset_history.INDEX_EVERY // 10
+    assert costs[203]["open"] < 60
+
+
+def test_the_loaded_index_holds_every_loaded_file_once(histories: dict[int, Any]) -> None:
+    table, plans = histories[203]
+    indexed = PlanLog(table, PIPELINE).loaded_index()
+    assert indexed is not None
+    through, keys = indexed
+    assert through >= offset_history.INDEX_EVERY
+    expected = {f["path"] for p in plans[: through + 1] for f in p.inputs}
+    assert set(keys) == expected and len(keys) == through + 1
+
+
+def test_a_jdbc_style_source_sees_only_the_newest_committed_batch(histories: dict[int, Any]) -> None:
+    table, plans = histories[203]
+    log = PlanLog(table, PIPELINE)
+    newest_seq = log.newest_offset_seq()
+    assert newest_seq is not None and newest_seq >= 202
+    newest = log.get_offset_plan(newest_seq)
+    assert ask(table, newest.key).committed
+    seen: list[Any] = []
+
+    def next_offsets(history: offset_history.OffsetHistory) -> None:
+        seen.append(history.newest())
+
+    delta_log.clear_cache()
+    with _counting() as counted:
+        plan_offset_batch(
+            PlanLog(table, PIPELINE),
+            run_token="jdbc-like",
+            is_committed=lambda k: ask(table, k).committed,
+            next_offsets=next_offsets,  # type: ignore[arg-type]
+            source=plans[-1].source,
+        )
+    assert seen and seen[0].batch_key == newest.batch_key
+    assert counted["open"] < 40 and counted["scandir"] == 0
+
+
+def test_a_record_the_table_contradicts_is_reported_as_corrupt(tmp_path: Any) -> None:
+    table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
+    os.makedirs(landing)
+    plans = _grow(table, landing, 3)
+    reading = open_table(table)
+    assert reading is not None
+    log = PlanLog(table, PIPELINE)
+    # A record for batch 2 at generation 1, naming batch 1's commit: that commit carries no
+    # marker of batch 2, so the record lies.
+    write_record(
+        log,
+        CommitRecord(plans[2].batch_key, 1, str(reading.metadata().id), 1, {}, []),
+    )
+    with pytest.raises(CorruptRecordError, match=r"carries no marker of the batch.*corrupt commit record"):
+        ask(table, plans[2].key)
+    assert ask(table, plans[1].key).committed  # other batches are not affected
