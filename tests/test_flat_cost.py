@@ -52,7 +52,15 @@ def _stage(table: str, plan: Plan) -> tuple[StagedBatch, Manifest]:
         [StagedFile(rel, st.st_size, int(st.st_mtime * 1000), {}, rows, stats)],
     )
     manifest = Manifest(
-        PIPELINE, plan.batch_key, plan.generation, plan.boundary, plan.input_fingerprint, rows, 1, attempt, "delta-rs"
+        PIPELINE,
+        plan.batch_key,
+        plan.generation,
+        plan.boundary,
+        plan.input_fingerprint,
+        rows,
+        1,
+        attempt,
+        "delta-rs",
     )
     return staged, manifest
 
@@ -167,7 +175,9 @@ def test_planning_the_next_batch_opens_the_same_files_at_203_batches_as_at_23(
         delta_log.clear_cache()
         with _counting() as seen:
             plan = source.plan(
-                PlanLog(table, PIPELINE), run_token="next-run", is_committed=lambda k, t=table: ask(t, k).committed
+                PlanLog(table, PIPELINE),
+                run_token="next-run",
+                is_committed=lambda k, t=table: ask(t, k).committed,
             )
         assert plan is not None and [os.path.basename(f["path"]) for f in plan.inputs] == ["new.csv"]
         commit_batch(table, plan.key, 0, *_stage(table, plan), table_configuration=CONFIG)
@@ -232,3 +242,22 @@ def test_a_record_the_table_contradicts_is_reported_as_corrupt(tmp_path: Any) ->
     with pytest.raises(CorruptRecordError, match=r"carries no marker of the batch.*corrupt commit record"):
         ask(table, plans[2].key)
     assert ask(table, plans[1].key).committed  # other batches are not affected
+
+
+def test_a_log_the_bounded_reader_cannot_read_is_read_through_deltalake(
+    histories: dict[int, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table, plans = histories[23]
+
+    def unreadable(path: str) -> None:
+        raise delta_log._Unreadable("as if the table had V2 checkpoints")
+
+    monkeypatch.setattr(delta_log, "_read_log", unreadable)
+    delta_log.clear_cache()
+    reading = open_table(table)
+    assert reading is not None and reading.stats.fell_back
+    assert reading.version() == DeltaTable(table).version()
+    # The markers still answer: a fallback that lost them would load every batch again.
+    assert reading.transaction_version(plans[5].key.app_id) == 0
+    assert ask(table, plans[5].key).committed
+    delta_log.clear_cache()

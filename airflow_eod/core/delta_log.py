@@ -90,6 +90,7 @@ class TableLog:
     _tail_markers: dict[str, tuple[int, int]] = field(default_factory=dict)
     _checkpoint_markers: pa.Table | None = None
     stats: LogReadStats = field(default_factory=LogReadStats)
+    _full: DeltaTable | None = None
 
     @property
     def table_uri(self) -> str:
@@ -114,6 +115,8 @@ class TableLog:
         counts until a checkpoint drops it: a batch that may have landed is never forgotten
         sooner than it must be.
         """
+        if self._full is not None:
+            return self._full.transaction_version(app_id)
         found = self._tail_markers.get(app_id)
         if found is not None:
             return found[0]
@@ -400,8 +403,6 @@ def _from_deltalake(table_path: str) -> TableLog:
     table = DeltaTable(table_path)
     meta = table.metadata()
     proto = table.protocol()
-    txns = table.transaction_versions() if hasattr(table, "transaction_versions") else {}
-    tail = {app: (int(t.version), -1) for app, t in txns.items()}
     return TableLog(
         table_path,
         table.version(),
@@ -418,7 +419,8 @@ def _from_deltalake(table_path: str) -> TableLog:
         TableProtocol(
             proto.min_reader_version, proto.min_writer_version, proto.reader_features, proto.writer_features
         ),
-        tail,
+        {},
         None,
         LogReadStats(fell_back=True),
+        table,
     )
