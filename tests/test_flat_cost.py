@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -261,3 +262,71 @@ def test_a_log_the_bounded_reader_cannot_read_is_read_through_deltalake(
     assert reading.transaction_version(plans[5].key.app_id) == 0
     assert ask(table, plans[5].key).committed
     delta_log.clear_cache()
+
+
+def test_a_warm_reading_survives_another_writers_commits_checkpoint_and_log_cleanup(tmp_path: Any) -> None:
+    """A process that read the log (its reading is cached), then another writer appends,
+    checkpoints and removes old log entries: the next commit must land after the other
+    writer's, not in the hole the cleanup left."""
+    from deltalake import write_deltalake
+
+    table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
+    os.makedirs(landing)
+    _grow(table, landing, 3)
+    warm = open_table(table)
+    assert warm is not None and warm.version() == 2
+    for _ in range(4):
+        write_deltalake(table, pa.table({"seq": pa.array([-1], pa.int64())}), mode="append")
+    other = DeltaTable(table)
+    other.create_checkpoint()
+    old = int(time.time()) - 40 * 86400
+    for n in range(0, other.version()):
+        os.utime(os.path.join(table, "_delta_log", f"{n:020d}.json"), (old, old))
+    other.cleanup_metadata()
+    assert not os.path.exists(os.path.join(table, "_delta_log", f"{3:020d}.json"))
+    plans = _grow(table, landing, 4)
+    full = DeltaTable(table)
+    assert full.version() == 7
+    assert sorted(pa.table(full.to_pyarrow_table()).column("seq").to_pylist()) == [-1, -1, -1, -1, 0, 1, 2, 3]
+    assert ask(table, plans[-1].key).table_version == 7
+
+
+def test_a_table_recreated_at_the_same_path_is_not_read_from_a_warm_reading(tmp_path: Any) -> None:
+    table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
+    os.makedirs(landing)
+    plans = _grow(table, landing, 2)
+    before = open_table(table)
+    assert before is not None and ask(table, plans[1].key).committed
+    import shutil
+
+    from deltalake import write_deltalake
+
+    shutil.rmtree(table)
+    write_deltalake(table, pa.table({"seq": pa.array([7], pa.int64())}))
+    write_deltalake(table, pa.table({"seq": pa.array([8], pa.int64())}), mode="append")
+    after = open_table(table)
+    assert after is not None and after.metadata().id != before.metadata().id
+    assert after.transaction_version(plans[1].key.app_id) is None
+    assert not ask(table, plans[1].key).committed
+
+
+def test_a_checkpoint_that_fails_is_written_by_the_next_commit(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
+    os.makedirs(landing)
+    _grow(table, landing, 10)  # versions 0..9: no checkpoint yet
+    real = DeltaTable.create_checkpoint
+
+    def broken(self: DeltaTable) -> None:
+        raise OSError("disk full, as a test")
+
+    monkeypatch.setattr(DeltaTable, "create_checkpoint", broken)
+    _grow(table, landing, 11)  # version 10 is due a checkpoint, which fails: the batch stands
+    assert ask(table, PlanLog(table, PIPELINE).get_offset_plan(10).key).committed
+    assert not [n for n in os.listdir(os.path.join(table, "_delta_log")) if "checkpoint" in n]
+    monkeypatch.setattr(DeltaTable, "create_checkpoint", real)
+    _grow(table, landing, 12)
+    delta_log.clear_cache()
+    reading = open_table(table)
+    assert reading is not None and reading.checkpoint_version == 11 and reading.version() == 11
