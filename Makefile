@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint typecheck check-java clean
+.PHONY: demo test lint typecheck check-java clean bench
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 or newer is required (Spark runs on the JVM): install a JDK, e.g. 'apt-get install openjdk-17-jdk-headless'"; exit 1; }
@@ -32,6 +32,19 @@ test: check-java $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_eod dags tests benchmarks
 	$(BIN)/mypy
+
+# Benchmarks (benchmarks/README.md): `make bench` runs the full set, `make bench QUICK=1` a
+# reduced one in minutes; RESUME=1 continues histories an interrupted run left behind.
+QUICK ?=
+RESUME ?=
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): pyproject.toml | $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: check-java $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.run $(if $(filter-out 0,$(QUICK)),--quick) $(if $(filter-out 0,$(RESUME)),--resume)
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache

@@ -13,6 +13,7 @@ import importlib
 import json
 import logging
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import Callable
@@ -35,9 +36,9 @@ from airflow_eod.core.result import (
 )
 from airflow_eod.core.retention import check_retention
 from airflow_eod.core.table_check import SCHEMA_FAIL, SCHEMA_POLICIES
-from airflow_eod.core.table_layout import normalise
+from airflow_eod.core.table_layout import local_path, normalise
 from airflow_eod.sources import Credentials, ReadContext, Source, source_from_dict
-from airflow_eod.spark.bad_records import split_malformed
+from airflow_eod.spark.bad_records import MalformedSplit, split_malformed
 from airflow_eod.spark.quarantine import deliver_outbox, stage_outbox, with_outbox
 
 if TYPE_CHECKING:
@@ -133,8 +134,17 @@ def _partitioning(spec: LoadSpec) -> list[str]:
 
 
 def _write(
-    spark_df: DataFrame, spec: LoadSpec, plan: Plan, manifest: Manifest, source: Source, ctx: ReadContext
+    spark_df: DataFrame,
+    spec: LoadSpec,
+    plan: Plan,
+    manifest: Manifest,
+    source: Source,
+    ctx: ReadContext,
+    check_input: Callable[[], None] = lambda: None,
 ) -> tuple[bool, BatchStatus]:
+    """Stage and commit ``spark_df``; ``check_input`` runs between the two and may refuse the
+    batch. delta-spark commits inside its write, which leaves no such point: its input is
+    checked before the write, and ``check_input`` is not called."""
     batch = plan.key
     if spec.engine == "delta-spark":
         from airflow_eod.spark.delta_spark_engine import write_with_delta_spark
@@ -155,6 +165,13 @@ def _write(
         spark_df, spec.table_uri, batch, spec.generation, spec.attempt_id, _partitioning(spec)
     )
     source.verify(plan, ctx)  # an input that changed while Spark read it fails here
+    try:
+        check_input()  # malformed records counted by the staging write fail here, uncommitted
+    except BatchError:
+        # Only this attempt writes its directory and nothing will commit it: it can go now
+        # rather than wait for the batch's cleanup, which a refused batch may never reach.
+        shutil.rmtree(os.path.join(local_path(spec.table_uri), staged.attempt_dir), ignore_errors=True)
+        raise
     fault_point("after_stage", try_number=spec.try_number)
     return commit_batch(
         spec.table_uri,
@@ -209,7 +226,7 @@ def run_load(
         try_number=spec.try_number,
         previous_generation=spec.previous_generation,
     )
-    persisted = None
+    split: MalformedSplit | None = None
     # The decide step covers the whole attempt: however it fails, the table decides.
     try:
         if not spec.restate:
@@ -217,9 +234,18 @@ def run_load(
         fault_point("before_write", try_number=spec.try_number)
         source.verify(plan, ctx)
         fn = transform or (resolve_transform(spec.transform) if spec.transform else None)
-        df, bad, persisted = split_malformed(
-            source.read(plan, ctx), batch.label, quarantine=spec.quarantine_table_uri is not None
+        # Counting malformed records during the staging write saves a pass over the batch,
+        # but needs that write to see every record and column first: a transform may drop
+        # columns (whose malformed values Spark's parser then never flags) or run actions
+        # of its own; the quarantine needs the bad rows themselves; and delta-spark commits
+        # inside its write. Those count up front, over persisted rows.
+        split = split_malformed(
+            source.read(plan, ctx),
+            batch.label,
+            quarantine=spec.quarantine_table_uri is not None,
+            single_pass=fn is None and spec.engine == "delta-rs",
         )
+        df, bad = split.good, split.bad
         if spec.quarantine_table_uri is not None:
             # Staged, not committed: the rejects ride in the main commit as its outbox.
             outbox = stage_outbox(
@@ -234,7 +260,7 @@ def run_load(
             manifest = with_outbox(manifest, outbox)
         if fn is not None:
             df = fn(df)
-        ours, status = _write(df, spec, plan, manifest, source, ctx)
+        ours, status = _write(df, spec, plan, manifest, source, ctx, split.check)
     except Exception as exc:
         decided = decide_after_failure(spec.table_uri, batch, spec.generation, exc)
         if decided is not None:
@@ -249,8 +275,8 @@ def run_load(
         first = text.splitlines()[0] if text else type(exc).__name__
         raise BatchError(batch.label, f"the load failed and nothing was committed: {first}") from exc
     finally:
-        if persisted is not None:
-            persisted.unpersist()
+        if split is not None:
+            split.release()
     fault_point("after_commit", try_number=spec.try_number)
     deliver_outbox(spec.table_uri, status, try_number=spec.try_number)
     remove_uncommitted_attempts(spec.table_uri, status)

@@ -1,0 +1,133 @@
+"""Against the peer: the same increments of a landing directory ingested by airflow-eod and by
+Spark Structured Streaming with ``Trigger.AvailableNow``, in the same SparkSession.
+
+Each increment is one new CSV file of orders (with a schema). After it lands, both ingest
+it (the order alternates): airflow-eod as a task would, one ``LandingFilesSource`` offsets
+load (plan + ``run_load``); Structured Streaming as a scheduled job would, one
+``trigger(availableNow=True)`` query over the directory with a checkpoint and a Parquet
+file sink, started and awaited. Both refuse malformed records (eod: its malformed-record
+check; streaming: ``mode=FAILFAST``). One untimed warm-up increment of each runs first on
+their own directories.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from deltalake import DeltaTable
+
+from airflow_eod.core.ask import ask
+from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.sources.base import ReadContext
+from airflow_eod.sources.landing_files import LandingFilesSource
+from airflow_eod.spark.load_job import LoadSpec, run_load
+from benchmarks.common import Row, Settings, fmt_int, ms, progress, ratio_of, row
+from benchmarks.data import DDL, write_orders_csv
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+PEER_RATIO = 0.8
+
+
+def eod_increment(spark: SparkSession, landing: str, table: str, token: str) -> float:
+    source = LandingFilesSource(path=landing, file_format="csv", schema=DDL)
+    t0 = time.perf_counter()
+    plan = source.plan(
+        PlanLog(table, "bench.peer"),
+        ReadContext(spark_factory=lambda: spark),
+        run_token=token,
+        is_committed=lambda key: ask(table, key).committed,
+    )
+    if plan is None:
+        raise RuntimeError("the landing source found no new file")
+    result = run_load(
+        spark, LoadSpec(table_uri=table, plan=asdict(plan), source=source.to_dict(), try_number=1)
+    )
+    elapsed = time.perf_counter() - t0
+    if result.outcome != "committed":
+        raise RuntimeError(f"increment {token} ended {result.outcome}")
+    return elapsed
+
+
+def stream_increment(spark: SparkSession, landing: str, out: str, checkpoint: str) -> float:
+    t0 = time.perf_counter()
+    query = (
+        spark.readStream.schema(DDL)
+        .option("header", "true")
+        .option("mode", "FAILFAST")
+        .csv(landing)
+        .writeStream.format("parquet")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start(out)
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - t0
+    if query.exception() is not None:
+        raise RuntimeError(f"the streaming query failed: {query.exception()}")
+    return elapsed
+
+
+def run(settings: Settings, spark: SparkSession, work: str) -> tuple[list[Row], dict[str, Any]]:
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    rows_each = settings.increment_rows
+
+    def paths(tag: str) -> tuple[str, str, str, str]:
+        base = os.path.join(work, tag)
+        return (f"{base}/landing", f"{base}/table", f"{base}/stream-out", f"{base}/stream-checkpoint")
+
+    warm = paths("warm")
+    write_orders_csv(warm[0], rows_each, 1, first_id=1, prefix="warm")
+    eod_increment(spark, warm[0], warm[1], "warm")
+    stream_increment(spark, warm[0], warm[2], warm[3])
+
+    landing, table, out, checkpoint = paths("run")
+    eod: list[float] = []
+    stream: list[float] = []
+    for i in range(settings.increments):
+        write_orders_csv(landing, rows_each, 1, first_id=1 + i * rows_each)
+        for which in ("eod", "stream") if i % 2 == 0 else ("stream", "eod"):
+            if which == "eod":
+                eod.append(eod_increment(spark, landing, table, f"increment-{i}"))
+            else:
+                stream.append(stream_increment(spark, landing, out, checkpoint))
+        progress(
+            f"peer increment {i + 1}/{settings.increments}: eod {eod[-1]:.2f} s, streaming {stream[-1]:.2f} s"
+        )
+    expected = settings.increments * rows_each
+    eod_rows = DeltaTable(table).to_pyarrow_table(columns=["order_id"]).num_rows
+    stream_rows = spark.read.parquet(out).count()
+    if eod_rows != expected or stream_rows != expected:
+        raise RuntimeError(f"rows: eod {eod_rows}, streaming {stream_rows}, expected {expected}")
+    shutil.rmtree(work, ignore_errors=True)
+    total_e, total_s = sum(eod), sum(stream)
+    what = f"{settings.increments} increments of {fmt_int(rows_each)} CSV rows"
+    out_rows = [
+        row("peer", f"{what}: Structured Streaming availableNow, total", total_s, "s"),
+        row(
+            "peer",
+            f"{what}: airflow-eod, total",
+            total_e,
+            "s",
+            ratio=ratio_of(total_e, total_s),
+            ratio_limit=PEER_RATIO,
+            baseline="streaming",
+            note=f"both hold {fmt_int(expected)} rows",
+        ),
+        row("peer", "per increment: Structured Streaming availableNow, p50", ms(stream)[0], "ms"),
+        row(
+            "peer",
+            "per increment: airflow-eod, p50",
+            ms(eod)[0],
+            "ms",
+            ratio=ratio_of(ms(eod)[0], ms(stream)[0]),
+            baseline="streaming",
+        ),
+    ]
+    return out_rows, {"eod": eod, "stream": stream}
