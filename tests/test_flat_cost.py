@@ -250,7 +250,7 @@ def test_a_log_the_bounded_reader_cannot_read_is_read_through_deltalake(
 ) -> None:
     table, plans = histories[23]
 
-    def unreadable(path: str) -> None:
+    def unreadable(path: str, **_: Any) -> None:
         raise delta_log._Unreadable("as if the table had V2 checkpoints")
 
     monkeypatch.setattr(delta_log, "_read_log", unreadable)

@@ -28,8 +28,8 @@ from airflow_eod.core import table_check
 from airflow_eod.core.ask import BatchStatus, ask_table, open_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit_record import CommitRecord, write_record
-from airflow_eod.core.delta_commit import checkpoint_due, write_checkpoint, write_commit
-from airflow_eod.core.delta_log import TableLog
+from airflow_eod.core.delta_commit import checkpoint_due, uri_path, write_checkpoint, write_commit
+from airflow_eod.core.delta_log import TableLog, checkpoint_holds
 from airflow_eod.core.errors import BatchError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
@@ -346,6 +346,18 @@ def commit_batch(
                     _back_off(round_no)
                     continue
                 version = table.version() + 1
+                first = uri_path(adds[0].path) if adds else None
+                if checkpoint_holds(table, version, first, batch.app_id) is not True:
+                    # Our reading was overtaken by a checkpoint and its log cleanup between
+                    # the probe and the put: the commit sits where no reader looks.
+                    log.warning(
+                        "batch %s: commit %d landed below a newer checkpoint, where no reader sees "
+                        "it; asking again",
+                        batch,
+                        version,
+                    )
+                    _back_off(round_no)
+                    continue
                 checkpoint = checkpoint_due(table, version)
         except OSError as exc:
             raise BatchError(batch.label, f"the Delta commit failed: {exc}") from exc

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.delta_log import TableLog, commit_path, read_commit_actions
+from airflow_eod.core.delta_log import TableLog, checkpoint_holds, commit_path, read_commit_actions
 from airflow_eod.core.errors import CorruptRecordError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
@@ -85,7 +85,14 @@ def judge(plan_log: PlanLog, table: TableLog, batch: BatchKey, record: CommitRec
     Reads one commit file at most: the record's own commit, while the log holds it.
     """
     where = plan_log.commit_record_path(batch.key, record.generation, record.table_id)
-    actions = read_commit_actions(table.path, record.table_version, {"txn"})
+    # A commit file at or below the checkpoint the reading started from is not the table's
+    # word: the table is that checkpoint, and a stale writer may have put a commit of its own
+    # into the hole a log cleanup left there. The checkpoint's marker judges those.
+    actions = (
+        read_commit_actions(table.path, record.table_version, {"txn"})
+        if record.table_version > table.checkpoint_version
+        else None
+    )
     if actions is not None:
         carried = [int(a["txn"]["version"]) for a in actions if a["txn"].get("appId") == batch.app_id]
         if record.generation not in carried:
@@ -166,9 +173,18 @@ def find_commit(table: TableLog, batch: BatchKey, generation: int) -> tuple[int,
         if not os.path.exists(commit_path(table.path, version)):
             break  # older commits have aged out too
         manifest = _landed(table, batch, generation, version)
-        if manifest is not None:
+        below = version <= table.checkpoint_version
+        if manifest is not None and (not below or _in_checkpoint(table, batch, version)):
             return version, manifest
     return None
+
+
+def _in_checkpoint(table: TableLog, batch: BatchKey, version: int) -> bool:
+    """Whether a commit below the checkpoint is part of it, not a stale writer's commit put
+    into a hole that a log cleanup left (see :func:`airflow_eod.core.delta_log.overtaken`)."""
+    actions = read_commit_actions(table.path, version, {"add"}) or []
+    first = next((a["add"]["path"] for a in actions), None)
+    return checkpoint_holds(table, version, first, batch.app_id) is True
 
 
 def commit_files(table_path: str, version: int) -> list[str] | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
+
+from airflow_eod.core.durations import parse_interval
+from airflow_eod.core.errors import ConfigurationError
 
 _LOG = "_delta_log"
 _ACTION = re.compile(r'^\s*\{\s*"(\w+)"')
@@ -91,6 +95,7 @@ class TableLog:
     _checkpoint_markers: pa.Table | None = None
     stats: LogReadStats = field(default_factory=LogReadStats)
     _full: DeltaTable | None = None
+    read_at: float = 0.0  # when the probing that found the newest version began (time.time())
 
     @property
     def table_uri(self) -> str:
@@ -189,6 +194,80 @@ class _Unreadable(Exception):
     """This reader cannot take the log from here; fall back."""
 
 
+class _Overtaken(Exception):
+    """A checkpoint newer than the commits read was announced while they were read."""
+
+
+# Readings started again because a newer checkpoint overtook them, before falling back.
+_REREADS = 5
+
+
+def cleanup_window(configuration: dict[str, str]) -> float | None:
+    """Seconds after which a log cleanup may remove a commit file (``None``: never)."""
+    if configuration.get("delta.enableExpiredLogCleanup", "true").lower() == "false":
+        return None
+    try:
+        return parse_interval(
+            configuration.get("delta.logRetentionDuration", "interval 30 days")
+        ).total_seconds()
+    except ConfigurationError:
+        return 0.0  # unreadable: assume any commit may go at any time
+
+
+def _young(started: float, configuration: dict[str, str]) -> bool:
+    """Whether no commit written since ``started`` can have been removed by a log cleanup yet:
+    a cleanup removes only commits older than the window, so a commit written after a moment
+    less than half a window ago (half: for clocks that disagree) is still there."""
+    window = cleanup_window(configuration)
+    return window is None or time.time() - started < window / 2
+
+
+def _complete(log_dir: str, version: int, newest_read: str | None, configuration: dict[str, str]) -> bool:
+    """Whether a reading that found commits up to ``version`` (and ``<version+1>.json``
+    missing) saw the table's newest version.
+
+    A missing ``<v+1>.json`` may be "not written yet" or "removed by a log cleanup that
+    followed a newer checkpoint"; a commit put there would be seen by no reader. A writer
+    announces its checkpoint in ``_last_checkpoint`` before its cleanup, so a hint past
+    ``version`` says the reading stopped in such a hole. The hint can be stale (two writers
+    checkpointing at once may leave the older one there), so unless the newest commit read
+    (``newest_read``) is too young for any cleanup to have removed the one after it, the
+    log is listed too: a cost only tables idle for half their log retention pay.
+    """
+    hint = _hint(log_dir)
+    if (
+        hint is not None
+        and hint[0] > version
+        and all(os.path.exists(f) for f in _checkpoint_files(log_dir, *hint))
+    ):
+        return False
+    try:
+        written = os.stat(newest_read).st_mtime if newest_read else 0.0
+    except FileNotFoundError:
+        written = 0.0
+    if _young(written, configuration):
+        return True
+    for name in os.listdir(log_dir):
+        m = _COMMIT.match(name) or _CHECKPOINT.match(name)
+        if m is not None and int(m.group(1)) > version:
+            return False
+    return True
+
+
+def newest_checkpoint(
+    log_dir: str, started: float, configuration: dict[str, str]
+) -> tuple[int, int | None] | None:
+    """The newest checkpoint: ``_last_checkpoint``'s, or, unless every commit written since
+    ``started`` is too young for a cleanup, the newest one a listing finds."""
+    hint = _hint(log_dir)
+    if _young(started, configuration):
+        return hint
+    listed = _newest_checkpoint_by_listing(log_dir, LogReadStats())
+    if hint is None or (listed is not None and listed[0] > hint[0]):
+        return listed
+    return hint
+
+
 def _checkpoint_files(log_dir: str, version: int, parts: int | None) -> list[str]:
     if not parts:
         return [os.path.join(log_dir, f"{version:020d}.checkpoint.parquet")]
@@ -251,6 +330,46 @@ def _read_checkpoint(files: list[str], stats: LogReadStats) -> tuple[dict[str, A
     return state, merged
 
 
+def checkpoint_holds(table: TableLog, version: int, add_path: str | None, app_id: str) -> bool | None:
+    """Whether the commit just written at ``version`` is part of the table as readers see it.
+
+    ``True`` when no announced checkpoint reaches ``version`` (readers read the commit after
+    the checkpoint) or when the checkpoint that does holds the commit's first file (live, or
+    removed since) or, for a commit without files, its marker. ``False``: the commit landed
+    in a hole a log cleanup left below a checkpoint, and no reader will ever see it.
+    ``None``: checkpoints kept replacing each other while this looked.
+
+    :param table: the reading the commit followed.
+    :param add_path: the commit's first file as the log stores it (percent-encoded).
+    """
+    log_dir = os.path.join(table.path, _LOG)
+    configuration = table.metadata().configuration
+    for _ in range(_REREADS):
+        hint = newest_checkpoint(log_dir, table.read_at, configuration)
+        if hint is None or hint[0] < version:
+            return True
+        try:
+            for path in _checkpoint_files(log_dir, *hint):
+                parquet = pq.ParquetFile(path)
+                names = set(parquet.schema_arrow.names)
+                if add_path is None:
+                    if "txn" in names:
+                        txn = parquet.read(columns=["txn.appId"], use_threads=False).column("txn")
+                        flat = pc.struct_field(txn, [0])
+                        if pc.any(pc.equal(flat, app_id)).as_py():
+                            return True
+                    continue
+                for action in ("add", "remove"):
+                    if action in names:
+                        col = parquet.read(columns=[f"{action}.path"], use_threads=False).column(action)
+                        if pc.any(pc.equal(pc.struct_field(col, [0]), add_path)).as_py():
+                            return True
+            return False
+        except FileNotFoundError:
+            continue  # a newer checkpoint's cleanup removed it meanwhile: look again
+    return None
+
+
 # The newest reading of each table in this process. A commit asks, commits, records and
 # asks again: each later reading only reads the commits that landed since.
 _CACHE: dict[str, tuple[TableLog, tuple[int, int, int]]] = {}
@@ -274,9 +393,20 @@ def read_log(table_path: str) -> TableLog | None:
             extended = None
         if extended is not None:
             return extended
-    try:
-        table = _read_log(table_path)
-    except _Unreadable:
+    table: TableLog | None = None
+    listing = False
+    for _ in range(_REREADS):
+        try:
+            table = _read_log(table_path, listing=listing)
+            break
+        except _Overtaken:
+            listing = True  # the hint may be the stale one: start from what the log holds
+            continue
+        except _Unreadable:
+            table = _from_deltalake(table_path)
+            break
+    else:
+        # Checkpoints keep overtaking the reading (a very busy writer): read it all once.
         table = _from_deltalake(table_path)
     _remember(table)
     return table
@@ -317,6 +447,7 @@ def _extend(cached: TableLog, signature: tuple[int, int, int]) -> TableLog | Non
     tail = dict(cached._tail_markers)
     state: dict[str, Any] = {}
     version = cached.table_version
+    started = time.time()
     while True:
         actions = read_commit_actions(cached.path, version + 1, _WANTED)
         if actions is None:
@@ -335,18 +466,33 @@ def _extend(cached: TableLog, signature: tuple[int, int, int]) -> TableLog | Non
         meta = _metadata_from(body)
     if "protocol" in state:
         proto = _protocol_from(state["protocol"])
+    if not _complete(
+        os.path.join(cached.path, _LOG), version, commit_path(cached.path, version), meta.configuration
+    ):
+        return None
     table = TableLog(
-        cached.path, version, cached.checkpoint_version, meta, proto, tail, cached._checkpoint_markers, stats
+        cached.path,
+        version,
+        cached.checkpoint_version,
+        meta,
+        proto,
+        tail,
+        cached._checkpoint_markers,
+        stats,
+        read_at=started,
     )
     if version != cached.table_version:
         _remember(table)
     return table
 
 
-def _read_log(table_path: str) -> TableLog | None:
+def _read_log(table_path: str, *, listing: bool = False) -> TableLog | None:
+    """One reading from the newest checkpoint (``_last_checkpoint``'s, or with ``listing``
+    the newest one in the log directory) on; :class:`_Overtaken` when it stopped short."""
     log_dir = os.path.join(table_path, _LOG)
     stats = LogReadStats()
-    start = _hint(log_dir)
+    started = time.time()
+    start = None if listing else _hint(log_dir)
     files = _checkpoint_files(log_dir, *start) if start else []
     if start is None or not all(os.path.exists(f) for f in files):
         # No hint, or a hint whose checkpoint is gone: find the newest checkpoint by listing.
@@ -385,6 +531,8 @@ def _read_log(table_path: str) -> TableLog | None:
         raise _Unreadable("a table with V2 checkpoints")
     meta = dict(state["metaData"])
     meta["configuration"] = _as_dict(meta.get("configuration"))
+    if not _complete(log_dir, version, commit_path(table_path, version), meta["configuration"]):
+        raise _Overtaken(version)
     return TableLog(
         table_path,
         version,
@@ -394,6 +542,7 @@ def _read_log(table_path: str) -> TableLog | None:
         tail,
         markers,
         stats,
+        read_at=started,
     )
 
 

@@ -91,7 +91,7 @@ class OffsetHistory:
         if self.newest_seq is None:
             return set()
         indexed = self.plan_log.loaded_index()
-        through, found = (indexed if indexed is not None else (-1, []))
+        through, found = indexed if indexed is not None else (-1, [])
         loaded = set(found)
         for seq in range(through + 1, self.newest_seq + 1):
             loaded.update(keys(self.committed(seq)))

@@ -8,31 +8,15 @@ refused unless it is restated on purpose (invariant I5).
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 
 from airflow_eod.core.delta_log import TableLog
-from airflow_eod.core.errors import ConfigurationError, RetentionWindowError
+from airflow_eod.core.durations import parse_interval
+from airflow_eod.core.errors import RetentionWindowError
 from airflow_eod.core.plan_log import Plan
 
 RETENTION_KEY = "delta.setTransactionRetentionDuration"
 DEFAULT_RETENTION = "interval 30 days"
-_UNITS = {
-    "second": 1,
-    "minute": 60,
-    "hour": 3600,
-    "day": 86400,
-    "week": 7 * 86400,
-}
-_INTERVAL_RE = re.compile(r"^\s*interval\s+(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
-
-
-def parse_interval(text: str) -> timedelta:
-    """Parse a Delta interval such as ``interval 30 days``."""
-    m = _INTERVAL_RE.match(text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ConfigurationError(f"cannot read the retention interval {text!r}; use e.g. 'interval 30 days'")
-    return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
 def _span(delta: timedelta) -> str:
