@@ -39,6 +39,6 @@ def _naive(row: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def check_against_postgres(pg: Any, source_table: str, delta_table: str, where: str = "TRUE") -> Comparison:
     """Row-by-row comparison of the Delta table with the PostgreSQL rows ``where``."""
-    source = pg.rows(f"SELECT {', '.join(COLUMNS)} FROM {source_table} WHERE {where}")
+    source = [_naive(r) for r in pg.rows(f"SELECT {', '.join(COLUMNS)} FROM {source_table} WHERE {where}")]
     target = [_naive(r) for r in read_delta_rows(delta_table, COLUMNS)]
     return compare_rows(source, target)

@@ -199,3 +199,49 @@ def test_operator_keeps_credentials_out_of_logs_xcom_plans_and_commits(
         assert postgres.password not in text, f"the password leaked into {where}"
         if where != "task logs":
             assert postgres.user not in text, f"the user name leaked into {where}"
+
+
+@pytest.mark.parametrize("column_type", ["timestamp", "timestamptz"])
+def test_a_timestamp_key_plans_exact_microsecond_frontiers(
+    spark: Any, postgres: Any, table: str, column_type: str
+) -> None:
+    """Planning reads the head over a plain JDBC connection: a timestamp key's frontier keeps
+    its microseconds, and a zoned one is read in UTC, so no row is skipped or read twice."""
+    name = f"orders_ts_{column_type}"
+    create_orders(postgres, name)
+    if column_type == "timestamptz":
+        postgres.execute(
+            f"ALTER TABLE {name} ALTER COLUMN created_at TYPE timestamptz USING created_at AT TIME ZONE 'UTC'"
+        )
+    insert_orders(postgres, name, range(1, 31))  # naive values, taken as UTC
+    if column_type == "timestamptz":
+        # The loader's sessions see another zone: the frontier must still be UTC.
+        postgres.execute(f"ALTER ROLE {postgres.user} SET timezone = 'America/New_York'")
+    try:
+        src = JdbcIncrementalSource(
+            url=postgres.jdbc_url,
+            table=name,
+            key_column="created_at",
+            key_type="timestamp",
+            max_rows_per_batch=12,
+        )
+        ctx = _ctx(spark, postgres)
+        highs = []
+        for run in ("r0", "r1", "r2"):
+            plan = _plan(src, ctx, table, run)
+            assert plan is not None
+            highs.append((plan.boundary["high"], plan.inputs[0]["rows"]))
+            assert (
+                run_load(spark, _spec(src, table, plan), credentials=ctx.credentials).outcome == "committed"
+            )
+        assert highs == [
+            ("2026-11-01 12:00:00.000012", 12),
+            ("2026-11-02 00:00:00.000024", 12),
+            ("2026-11-02 06:00:00.000030", 6),
+        ]
+        assert _plan(src, ctx, table, "r3") is None
+        cmp = check_against_postgres(postgres, name, table)
+        assert cmp.exact and cmp.table_rows == 30, cmp.describe()
+    finally:
+        if column_type == "timestamptz":
+            postgres.execute(f"ALTER ROLE {postgres.user} RESET timezone")
