@@ -1,6 +1,7 @@
-"""A single-pass load (issue 7): with a schema and no transform, the malformed records are
-counted during the write of the good rows, and a batch that holds any fails before its
-commit, with the same per-file message as a batch counted up front.
+"""A single-pass load (issue 7): with a schema and no transform, the batch is read FAILFAST
+and written in one pass, as a plain Spark write would; a batch that holds malformed records
+fails that write, before its commit, and is then read again to fail with the same per-file
+message as a batch counted up front.
 
 What Spark ran is read from its SQL status store (the plans and metrics of every SQL
 execution of the session), so the tests count the file scans a load really made.
@@ -20,7 +21,7 @@ from airflow_eod.core.ask import ask, open_table
 from airflow_eod.core.errors import BatchError, MalformedInputError
 from airflow_eod.core.table_layout import batch_dir
 from airflow_eod.examples.sample_data import write_order_files
-from airflow_eod.spark import bad_records
+from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load
 from tests.helpers import orders_source, plan_for, spec_for
 
@@ -98,8 +99,11 @@ def test_malformed_records_in_two_files_fail_with_per_file_counts_and_commit_not
     after = open_table(table)
     assert after is not None and after.version() == version
     assert after.transaction_version(plan.key.app_id) is None and not ask(table, plan.key).committed
-    # The count rode the staging write (one pass), and the failure's second pass named the files.
-    assert any(name.startswith("CollectMetrics") for run in runs for name, _ in run.nodes)
+    # The staging write came first (no pass before it); the failure's second pass named the files.
+    reading = [run for run in runs if run.scans()]
+    assert len(reading) >= 2
+    assert any(n.startswith("Execute InsertIntoHadoopFsRelationCommand") for n, _ in reading[0].nodes)
+    assert not any(n.startswith("InMemory") for n, _ in reading[0].nodes)
     staged = os.path.join(table, batch_dir(plan.key))
     assert not os.path.isdir(staged) or not os.listdir(staged), "the failed attempt's files are left"
 
@@ -116,7 +120,6 @@ def test_the_good_path_reads_the_source_files_once(spark: Any, landing: str, tab
     assert sum(_rows(scan) for scan in reading[0].scans()) == rows
     names = [name for run in runs for name, _ in run.nodes]
     assert not [n for n in names if n.startswith("InMemory")], names  # nothing was cached
-    assert any(n.startswith("CollectMetrics") for n in names)  # the count rode the write
     assert any(name.startswith("Execute InsertIntoHadoopFsRelationCommand") for name, _ in reading[0].nodes)
 
 
@@ -134,12 +137,46 @@ def test_a_bad_value_in_a_column_the_transform_drops_still_fails_the_batch(
     assert open_table(table) is None and not ask(table, plan.key).committed
 
 
-class _Lost:
-    """An observation whose action never reported its metric."""
+def test_malformed_json_fails_the_single_pass_write_with_per_file_counts(
+    spark: Any, tmp_path: Any, table: str
+) -> None:
+    landing = str(tmp_path / "json")
+    os.makedirs(landing)
+    with open(os.path.join(landing, "a.json"), "w") as fh:
+        fh.write('{"id": 1, "name": "x"}\n{"id": "two", "name": "y"}\n{"id": 3\n')
+    with open(os.path.join(landing, "b.json"), "w") as fh:
+        fh.write('{"id": 4, "name": "z"}\n')
+    source = LandingFilesSource(path=landing, file_format="json", schema="id INT, name STRING")
+    plan = plan_for(source, table)
+    with pytest.raises(MalformedInputError) as err:
+        run_load(spark, spec_for(source, table, plan))
+    text = str(err.value)
+    assert text.startswith(f"batch {plan.key.label}: 2 malformed record(s)") and "a.json: 2" in text
+    assert "b.json" not in text.split("(")[1].split(")")[0]
+    assert open_table(table) is None and not ask(table, plan.key).committed
 
-    get: dict[str, Any] = {}
 
+def test_a_write_that_fails_for_another_reason_is_not_called_malformed(
+    spark: Any, landing: str, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failure path reads the batch again; when that finds nothing malformed, the write's
+    own error is the one reported, and the attempt's files are gone."""
+    write_order_files(landing, 2, 50)
+    source = orders_source(landing)
+    plan = plan_for(source, table)
+    from airflow_eod.spark import staging
 
-def test_a_count_the_write_did_not_report_fails_the_batch() -> None:
-    with pytest.raises(BatchError, match="did not report its malformed-record count"):
-        bad_records._observed(_Lost(), "p/b")  # type: ignore[arg-type]
+    real = staging.stage_dataframe
+
+    def full_disk(df: Any, table_uri: str, batch: Any, generation: int, attempt: str, parts: Any) -> Any:
+        real(df, table_uri, batch, generation, attempt, parts)  # the files are written...
+        raise OSError(28, "No space left on device")  # ...and then the write fails
+
+    monkeypatch.setattr(staging, "stage_dataframe", full_disk)
+    with pytest.raises(BatchError) as err:
+        run_load(spark, spec_for(source, table, plan))
+    assert not isinstance(err.value, MalformedInputError)
+    assert "No space left on device" in str(err.value) and plan.key.label in str(err.value)
+    staged = os.path.join(table, batch_dir(plan.key))
+    assert not os.path.isdir(staged) or not os.listdir(staged), "the failed attempt's files are left"
+    assert open_table(table) is None

@@ -39,11 +39,14 @@ class ReadContext:
     :param credentials: the source's credentials, if it has any.
     :param schema_drift: the load's ``schema_drift`` policy: what a source column that the
         declared schema lacks does when read (``fail`` or ``add_columns``).
+    :param fail_fast: read records that do not parse or fit the schema as a failure of the
+        first action (Spark's FAILFAST) instead of keeping them in a corrupt-record column.
     """
 
     spark_factory: Callable[[], SparkSession] | None = None
     credentials: Credentials | None = None
     schema_drift: str = "fail"
+    fail_fast: bool = False
     _spark: Any = None
 
     @property

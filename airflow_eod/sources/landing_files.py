@@ -301,4 +301,5 @@ class LandingFilesSource:
             read_options=self.read_options,
             default_options=_DEFAULT_READ_OPTIONS[self.file_format],
             schema_drift=ctx.schema_drift,
+            fail_fast=ctx.fail_fast,
         )

@@ -6,10 +6,11 @@ failing on the first one or silently becoming nulls. By default any such record 
 batch, naming the files and counts; with a quarantine table, they go there instead.
 
 In the common case (no quarantine, no transform, an engine that commits after the write)
-the malformed records are counted by a Spark ``Observation`` during the pass that writes
-the good rows, and :meth:`MalformedSplit.check` fails the batch after that write and
-before the commit; only then is the batch read again to count per file. Otherwise the
-parsed rows are persisted and counted before the write, as a pass of their own.
+the batch is read FAILFAST, exactly as a plain Spark job reads it, and written in one pass:
+the malformed records that PERMISSIVE would flag are the ones that make FAILFAST stop, so a
+batch that holds any fails its write, uncommitted, and only then is it read again,
+PERMISSIVE, to count them per file (:func:`single_pass`). Otherwise the parsed rows are
+persisted and counted before the write, as a pass of their own (:func:`split_malformed`).
 
 A failing batch's message also says which column failed: a bounded sample of the malformed
 records is parsed again in Python against the schema, so that a wrong type in the schema
@@ -23,14 +24,14 @@ import decimal
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_eod.core.errors import BatchError, MalformedInputError
+from airflow_eod.core.errors import MalformedInputError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Observation, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructField
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,6 @@ RAW_RECORD_COLUMN = "raw_record"
 # Field metadata on the corrupt-record column: how to re-parse a record (landing_reader).
 LAYOUT_METADATA_KEY = "eod_layout"
 _FILE = "_eod_file"
-_MALFORMED = "malformed"  # the observed metric
 _SAMPLE = 20  # malformed records parsed in Python to find the failing column
 _SHOWN = 3  # of them quoted in the message
 _CLIP = 160  # characters of a quoted record
@@ -54,28 +54,39 @@ class MalformedSplit:
     :param good: the well-formed rows, without the corrupt-record column.
     :param bad: the malformed records as quarantine rows (quarantine only).
     :param persisted: rows this split cached; :meth:`release` drops them.
+    :param label: the batch, for error messages.
+    :param reread: (single pass) reads the batch again PERMISSIVE, with the corrupt-record
+        column, for :meth:`explain_failure`.
     """
 
     good: DataFrame
     bad: DataFrame | None = None
     persisted: DataFrame | None = None
     label: str = ""
-    raw: DataFrame | None = None  # what was read, for the failure path's second pass
-    observation: Observation | None = None
+    reread: Callable[[], DataFrame] | None = None
 
-    def check(self) -> None:
-        """Fail the batch if the pass that wrote :attr:`good` met malformed records: call it
-        after that write (the count arrives with it) and before the commit. Only a failing
-        batch is read again, to name the files and the columns.
+    def explain_failure(self, exc: BaseException) -> None:
+        """After the write of :attr:`good` failed: raise :class:`MalformedInputError` (files,
+        counts, failing columns) if the batch holds malformed records; return if it does not,
+        so that the caller raises ``exc`` itself.
 
-        :raises MalformedInputError: the batch holds malformed records.
-        :raises BatchError: the write did not report its count (so nothing may commit).
+        A single-pass batch is read FAILFAST, as a plain Spark job would read it: the write
+        stops at the first malformed record, and only then is the batch read a second time
+        to count them per file.
         """
-        if self.observation is None or self.raw is None:
+        if self.reread is None:
             return
-        malformed = _observed(self.observation, self.label)
-        if malformed:
-            _fail_with_counts(self.raw, self.label, malformed)
+        try:
+            tagged = _tagged(self.reread())
+        except Exception:  # the original failure is the one to report
+            log.warning("batch %s: could not read the batch again to count malformed records", self.label)
+            return
+        try:
+            counts = _counts_per_file(tagged)
+            if counts:
+                raise _malformed_error(self.label, tagged, counts) from exc
+        finally:
+            tagged.unpersist()
 
     def release(self) -> None:
         """Drop what this split cached: Spark's cache matches a later read of the same files
@@ -86,33 +97,19 @@ class MalformedSplit:
             self.persisted = None
 
 
-def split_malformed(df: DataFrame, label: str, *, quarantine: bool, single_pass: bool) -> MalformedSplit:
-    """Split the malformed records of a batch read off its good rows.
+def split_malformed(df: DataFrame, label: str, *, quarantine: bool) -> MalformedSplit:
+    """Count the malformed records of a batch read PERMISSIVE, up front, and split them off
+    its good rows (the batch is persisted for that: see :meth:`MalformedSplit.release`).
 
     :param df: the batch as read, with the corrupt-record column when it was read PERMISSIVE.
     :param label: the batch, for error messages.
     :param quarantine: the malformed records go to a quarantine table instead of failing.
-    :param single_pass: count the malformed records during the write of the good rows
-        (checked by :meth:`MalformedSplit.check`). Only valid when the good rows are written
-        whole (every column: Spark's parser skips the columns a query drops, and with them
-        their malformed values), by the first action on them, and nothing commits inside it.
-    :raises MalformedInputError: (up-front counting) malformed records and no quarantine.
+    :raises MalformedInputError: malformed records and no quarantine.
     """
     if CORRUPT_COLUMN not in df.columns:
         return MalformedSplit(df, label=label)
     from pyspark.sql import functions as F
 
-    if single_pass and not quarantine:
-        from pyspark.sql import Observation
-
-        # The metric sits below the filter, so it sees every record; since the write keeps
-        # every data column, the parser parses them all and no malformed value is pruned
-        # away unseen. A fresh (random) name keeps concurrent loads' metrics apart. SQL text
-        # rather than Column calls: fewer JVM round trips (~10 ms a batch).
-        observation = Observation()
-        observed = df.observe(observation, F.expr(f"count_if({CORRUPT_COLUMN} IS NOT NULL) AS {_MALFORMED}"))
-        good = observed.where(f"{CORRUPT_COLUMN} IS NULL").drop(CORRUPT_COLUMN)
-        return MalformedSplit(good, label=label, raw=df, observation=observation)
     tagged = _tagged(df)
     counts = _counts_per_file(tagged)
     good = tagged.filter(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN, _FILE)
@@ -129,6 +126,19 @@ def split_malformed(df: DataFrame, label: str, *, quarantine: bool, single_pass:
         F.col(_FILE).alias(SOURCE_FILE_COLUMN), F.col(CORRUPT_COLUMN).alias(RAW_RECORD_COLUMN, metadata={})
     )
     return MalformedSplit(good, bad_rows, tagged, label=label)
+
+
+def single_pass(df: DataFrame, label: str, reread: Callable[[], DataFrame]) -> MalformedSplit:
+    """A batch read FAILFAST and written whole by its first action: malformed records fail
+    that write, and :meth:`MalformedSplit.explain_failure` then counts them per file.
+
+    Only valid when the rows are written with every column (Spark's parser skips the
+    columns a query drops, and with them their malformed values) and nothing commits inside
+    the write.
+
+    :param reread: reads the same batch PERMISSIVE, with the corrupt-record column.
+    """
+    return MalformedSplit(df, label=label, reread=reread)
 
 
 def _tagged(df: DataFrame) -> DataFrame:
@@ -148,14 +158,11 @@ def _counts_per_file(tagged: DataFrame) -> dict[str, int]:
     return {r[_FILE]: r["count"] for r in bad.groupBy(_FILE).count().collect()}
 
 
-def _malformed_error(
-    label: str, tagged: DataFrame, counts: Mapping[str, int], total: int | None = None
-) -> MalformedInputError:
+def _malformed_error(label: str, tagged: DataFrame, counts: Mapping[str, int]) -> MalformedInputError:
     from pyspark.sql import functions as F
 
-    total = total or sum(counts.values())
-    # No counts: the files changed between the two reads (verify() normally catches that).
-    detail = ", ".join(f"{_name(path)}: {n}" for path, n in sorted(counts.items())) or "not found again"
+    total = sum(counts.values())
+    detail = ", ".join(f"{_name(path)}: {n}" for path, n in sorted(counts.items()))
     explanation = explain_malformed(tagged, tagged.filter(F.col(CORRUPT_COLUMN).isNotNull()), total)
     return MalformedInputError(
         label,
@@ -163,28 +170,6 @@ def _malformed_error(
         f"nothing was committed. {explanation}Fix the files or the schema, or set "
         "quarantine_table_uri to load the good rows and keep the bad ones in a quarantine table",
     )
-
-
-def _observed(observation: Observation, label: str) -> int:
-    """The malformed records the write counted. Spark completes an observation when the
-    action that carries it ends (with an empty row if the plan lost the metric), so a
-    missing count means the write did not carry it: fail rather than wait for ever or
-    commit unchecked."""
-    future = getattr(getattr(observation, "_jo", None), "future", None)
-    value = observation.get.get(_MALFORMED) if future is None or future().isCompleted() else None
-    if value is None:
-        raise BatchError(label, "the write did not report its malformed-record count; nothing was committed")
-    return int(value)
-
-
-def _fail_with_counts(raw: DataFrame, label: str, malformed: int) -> None:
-    """Read the batch again to name the files and columns, and raise."""
-    tagged = _tagged(raw)
-    try:
-        counts = _counts_per_file(tagged)
-        raise _malformed_error(label, tagged, counts, None if counts else malformed)
-    finally:
-        tagged.unpersist()
 
 
 def _path(uri: str) -> str:

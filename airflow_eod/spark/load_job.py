@@ -36,9 +36,9 @@ from airflow_eod.core.result import (
 )
 from airflow_eod.core.retention import check_retention
 from airflow_eod.core.table_check import SCHEMA_FAIL, SCHEMA_POLICIES
-from airflow_eod.core.table_layout import local_path, normalise
+from airflow_eod.core.table_layout import attempt_dir, local_path, normalise
 from airflow_eod.sources import Credentials, ReadContext, Source, source_from_dict
-from airflow_eod.spark.bad_records import MalformedSplit, split_malformed
+from airflow_eod.spark.bad_records import MalformedSplit, single_pass, split_malformed
 from airflow_eod.spark.quarantine import deliver_outbox, stage_outbox, with_outbox
 
 if TYPE_CHECKING:
@@ -140,11 +140,10 @@ def _write(
     manifest: Manifest,
     source: Source,
     ctx: ReadContext,
-    check_input: Callable[[], None] = lambda: None,
+    split: MalformedSplit,
 ) -> tuple[bool, BatchStatus]:
-    """Stage and commit ``spark_df``; ``check_input`` runs between the two and may refuse the
-    batch. delta-spark commits inside its write, which leaves no such point: its input is
-    checked before the write, and ``check_input`` is not called."""
+    """Stage and commit ``spark_df``. A staging write that fails is explained by ``split``
+    (malformed records, for a batch read FAILFAST) before it is raised."""
     batch = plan.key
     if spec.engine == "delta-spark":
         from airflow_eod.spark.delta_spark_engine import write_with_delta_spark
@@ -161,17 +160,18 @@ def _write(
         )
     from airflow_eod.spark.staging import stage_dataframe
 
-    staged = stage_dataframe(
-        spark_df, spec.table_uri, batch, spec.generation, spec.attempt_id, _partitioning(spec)
-    )
-    source.verify(plan, ctx)  # an input that changed while Spark read it fails here
     try:
-        check_input()  # malformed records counted by the staging write fail here, uncommitted
-    except BatchError:
-        # Only this attempt writes its directory and nothing will commit it: it can go now
-        # rather than wait for the batch's cleanup, which a refused batch may never reach.
-        shutil.rmtree(os.path.join(local_path(spec.table_uri), staged.attempt_dir), ignore_errors=True)
+        staged = stage_dataframe(
+            spark_df, spec.table_uri, batch, spec.generation, spec.attempt_id, _partitioning(spec)
+        )
+    except Exception as exc:
+        # What the failed write's tasks left goes now: only this attempt writes its directory
+        # and nothing will commit it, and a refused batch may never reach the batch's cleanup.
+        where = attempt_dir(batch, spec.generation, spec.attempt_id)
+        shutil.rmtree(os.path.join(local_path(spec.table_uri), where), ignore_errors=True)
+        split.explain_failure(exc)  # malformed records stopped a FAILFAST write: say which
         raise
+    source.verify(plan, ctx)  # an input that changed while Spark read it fails here
     fault_point("after_stage", try_number=spec.try_number)
     return commit_batch(
         spec.table_uri,
@@ -234,17 +234,19 @@ def run_load(
         fault_point("before_write", try_number=spec.try_number)
         source.verify(plan, ctx)
         fn = transform or (resolve_transform(spec.transform) if spec.transform else None)
-        # Counting malformed records during the staging write saves a pass over the batch,
-        # but needs that write to see every record and column first: a transform may drop
-        # columns (whose malformed values Spark's parser then never flags) or run actions
-        # of its own; the quarantine needs the bad rows themselves; and delta-spark commits
-        # inside its write. Those count up front, over persisted rows.
-        split = split_malformed(
-            source.read(plan, ctx),
-            batch.label,
-            quarantine=spec.quarantine_table_uri is not None,
-            single_pass=fn is None and spec.engine == "delta-rs",
-        )
+        # Read FAILFAST, a batch costs what a plain Spark write of it costs: a malformed
+        # record stops the staging write, uncommitted, and only then is the batch read again
+        # to count. That needs the write to parse every record and column: a transform may
+        # drop columns (whose malformed values Spark's parser then never flags) or run
+        # actions of its own; the quarantine needs the bad rows themselves; and delta-spark
+        # commits inside its write. Those count up front, over persisted rows.
+        if fn is None and spec.engine == "delta-rs" and spec.quarantine_table_uri is None:
+            fast = replace(ctx, fail_fast=True)
+            split = single_pass(source.read(plan, fast), batch.label, lambda: source.read(plan, ctx))
+        else:
+            split = split_malformed(
+                source.read(plan, ctx), batch.label, quarantine=spec.quarantine_table_uri is not None
+            )
         df, bad = split.good, split.bad
         if spec.quarantine_table_uri is not None:
             # Staged, not committed: the rejects ride in the main commit as its outbox.
@@ -260,7 +262,7 @@ def run_load(
             manifest = with_outbox(manifest, outbox)
         if fn is not None:
             df = fn(df)
-        ours, status = _write(df, spec, plan, manifest, source, ctx, split.check)
+        ours, status = _write(df, spec, plan, manifest, source, ctx, split)
     except Exception as exc:
         decided = decide_after_failure(spec.table_uri, batch, spec.generation, exc)
         if decided is not None:
