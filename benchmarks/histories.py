@@ -10,7 +10,7 @@ and writes its commit record. Nothing in the Delta log or the plan log is writte
 - :class:`LandingHistory`: a ``LandingFilesSource`` in offsets mode, one new CSV file per
   batch in a landing directory that keeps all its old files.
 - :class:`JdbcHistory`: a ``JdbcIncrementalSource`` in offsets mode against a real
-  PostgreSQL table. Building it through ``source.plan`` would run two Spark JDBC queries per
+  PostgreSQL table. Building it through ``source.plan`` would run a source query per
   batch; the builder plans through the same planner (:func:`plan_offset_batch`) with the
   boundary the source computes (``low`` = the previous ``high``, one new row per batch), and
   only the timed batches plan through ``source.plan`` against the server.
@@ -60,13 +60,13 @@ def forget_readings() -> None:
         clear()
 
 
-# Seconds the JDBC source spent in its own SQL (run through Spark JDBC), per plan call.
+# Seconds the JDBC source spent in its own SQL (one JDBC connection and statement), per plan call.
 _QUERY_SECONDS: list[float] = []
 
 
 @dataclass(frozen=True)
 class _TimedJdbcSource(JdbcIncrementalSource):
-    """The JDBC source, with the time of its SQL queries (Spark JDBC jobs) recorded, so the
+    """The JDBC source, with the time of its SQL queries (a JDBC connection and its statement) recorded, so the
     planning figure can be split into the source's query and the protocol's part."""
 
     def _query(self, ctx: ReadContext, sql: str, label: str | None) -> list[Any]:

@@ -290,7 +290,7 @@ def _jdbc_rows(history: JdbcHistory | None, settings: Settings, error: str) -> l
         out.append(
             row(
                 "planning",
-                f"jdbc: its 2 source queries (Spark JDBC jobs), p50, {fmt_int(n)} batches",
+                f"jdbc: its source query (connect + one statement), p50, {fmt_int(n)} batches",
                 query,
                 "ms",
                 note="part of the figure above",

@@ -37,7 +37,7 @@ from airflow_eod.core.durations import parse_interval
 from airflow_eod.core.errors import ConfigurationError
 
 _LOG = "_delta_log"
-_ACTION = re.compile(r'^\s*\{\s*"(\w+)"')
+_ACTION_BYTES = re.compile(rb'^\s*\{\s*"(\w+)"')
 _WANTED = {"txn", "metaData", "protocol"}
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
 _COMMIT = re.compile(r"^(\d{20})\.json$")
@@ -150,15 +150,19 @@ def read_commit_actions(table_path: str, version: int, wanted: set[str]) -> list
     """The actions named in ``wanted`` of commit ``version`` (others are not parsed), or
     ``None`` when the commit file is gone."""
     try:
-        with open(commit_path(table_path, version)) as fh:
-            lines = fh.read().splitlines()
+        with open(commit_path(table_path, version), "rb") as fh:
+            data = fh.read()
     except FileNotFoundError:
         return None
+    # Most commits of a loaded table are a batch's adds and its marker: only lines that can
+    # hold a wanted action are split out and matched (bytes: no decoding of the rest).
+    if not any(b'"' + name.encode() + b'"' in data for name in wanted):
+        return []
     out: list[dict[str, Any]] = []
-    for line in lines:
-        m = _ACTION.match(line)
-        if m is not None and m.group(1) in wanted:
-            out.append(json.loads(line))
+    for raw in data.splitlines():
+        m = _ACTION_BYTES.match(raw)
+        if m is not None and m.group(1).decode() in wanted:
+            out.append(json.loads(raw))
     return out
 
 
@@ -312,8 +316,14 @@ def _read_checkpoint(files: list[str], stats: LogReadStats) -> tuple[dict[str, A
     for path in files:
         stats.checkpoint_files_read += 1
         parquet = pq.ParquetFile(path)
-        columns = [c for c in ("txn", "metaData", "protocol") if c in parquet.schema_arrow.names]
-        table = parquet.read(columns=columns, use_threads=False)
+        names = parquet.schema_arrow.names
+        columns = [c for c in ("metaData", "protocol") if c in names]
+        # Of a marker, only its app id and version: a third of the decoding at 10,000 markers.
+        table = parquet.read(
+            columns=columns + (["txn.appId", "txn.version"] if "txn" in names else []), use_threads=False
+        )
+        if "txn" in names:
+            columns.append("txn")
         for name in ("metaData", "protocol"):
             if name in columns:
                 rows = table.column(name).drop_null()
