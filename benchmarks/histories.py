@@ -66,8 +66,8 @@ _QUERY_SECONDS: list[float] = []
 
 @dataclass(frozen=True)
 class _TimedJdbcSource(JdbcIncrementalSource):
-    """The JDBC source, with the time of its SQL queries (a JDBC connection and its statement) recorded, so the
-    planning figure can be split into the source's query and the protocol's part."""
+    """The JDBC source, with the time of its SQL (a JDBC connection and one statement)
+    recorded, so the planning figure can be split into the source's query and the rest."""
 
     def _query(self, ctx: ReadContext, sql: str, label: str | None) -> list[Any]:
         t0 = time.perf_counter()
@@ -364,12 +364,16 @@ def measure_state(table: str) -> dict[str, float]:
             txn = pq.read_table(e.path, columns=["txn"]).column("txn").drop_null()
             markers += len(txn)
         out["checkpoint_markers"] = markers
-    size = count = 0
-    for dirpath, _dirs, names in os.walk(os.path.join(table, "_eod")):
-        for name in names:
-            size += os.path.getsize(os.path.join(dirpath, name))
-            count += 1
-    out["plan_log_bytes"], out["plan_log_files"] = size, count
+    for key, top in (
+        ("plan_log", os.path.join(table, "_eod", "pipelines")),
+        ("index", os.path.join(table, "_eod", "checkpoints")),
+    ):
+        size = count = 0
+        for dirpath, _dirs, names in os.walk(top):
+            for name in names:
+                size += os.path.getsize(os.path.join(dirpath, name))
+                count += 1
+        out[f"{key}_bytes"], out[f"{key}_files"] = size, count
     return out
 
 

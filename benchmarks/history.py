@@ -314,8 +314,10 @@ STATE_FIGURES = (
     ("log_commits", "_delta_log JSON commits", "files"),
     ("checkpoint_bytes", "newest checkpoint bytes", "bytes"),
     ("checkpoint_markers", "txn markers in the newest checkpoint", "markers"),
-    ("plan_log_bytes", "plan log (_eod/) bytes", "bytes"),
-    ("plan_log_files", "plan log (_eod/) files", "files"),
+    ("plan_log_bytes", "plan log (_eod/pipelines/) bytes", "bytes"),
+    ("plan_log_files", "plan log (_eod/pipelines/) files", "files"),
+    ("index_bytes", "checkpoint indexes (_eod/checkpoints/, newest 3) bytes", "bytes"),
+    ("index_files", "checkpoint indexes (_eod/checkpoints/, newest 3) files", "files"),
 )
 
 

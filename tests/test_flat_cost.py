@@ -7,6 +7,7 @@ pyarrow instead of Spark). Timings live in benchmarks/.
 from __future__ import annotations
 
 import builtins
+import json
 import os
 import time
 import uuid
@@ -139,7 +140,8 @@ def test_the_ask_reads_the_same_files_at_203_batches_as_at_23(histories: dict[in
         costs[n] = (oldest, newest)
         for seen, reading in (oldest, newest):
             assert not reading.listed and not reading.fell_back
-            assert reading.checkpoint_files_read == 1
+            # The checkpoint is read through its index (one file, then one bucket of markers).
+            assert reading.index_files_read == 1 and reading.checkpoint_files_read == 0
             assert reading.commits_read <= 10
             assert seen["listdir"] <= 2 and seen["scandir"] == 0
     assert costs[203][0][0] == costs[23][0][0], "the oldest batch's ask opened more files at 203 batches"
@@ -330,3 +332,48 @@ def test_a_checkpoint_that_fails_is_written_by_the_next_commit(
     delta_log.clear_cache()
     reading = open_table(table)
     assert reading is not None and reading.checkpoint_version == 11 and reading.version() == 11
+
+
+def test_a_checkpoints_index_answers_as_the_checkpoint_does_and_is_read_around_when_it_does_not_fit(
+    histories: dict[int, Any], tmp_path: Any
+) -> None:
+    """The committer indexes every checkpoint it writes. The index gives the same markers and
+    metadata as the checkpoint; a bucket that fails its checksum, or a checkpoint whose
+    files changed under the index (a table re-created at the same path), is read around."""
+    import shutil
+
+    table, plans = histories[203]
+    copy = str(tmp_path / "copy")
+    shutil.copytree(table, copy)
+    index_root = os.path.join(copy, "_eod", "checkpoints")
+    indexes = sorted(os.listdir(index_root))
+    assert len(indexes) == 3 and indexes[-1].startswith(f"{200:020d}.")  # the newest few are kept
+    full = DeltaTable(copy)
+    delta_log.clear_cache()
+    reading = open_table(copy)
+    assert reading is not None and reading.stats.index_files_read == 1
+    assert json.loads(reading.schema_json()) == json.loads(full.schema().to_json())
+    assert reading.metadata().id == full.metadata().id
+    assert reading.protocol().min_writer_version == full.protocol().min_writer_version
+    for plan in plans:
+        assert reading.transaction_version(plan.key.app_id) == full.transaction_version(plan.key.app_id) == 0
+    assert reading.transaction_version("eod:nobody:nothing") is None
+
+    # A bucket that does not match its checksum: the checkpoint itself answers.
+    bucket = os.path.join(index_root, indexes[-1], "b0.json")
+    with open(bucket, "w") as fh:
+        fh.write(json.dumps({plans[5].key.app_id: 7}))
+    delta_log.clear_cache()
+    reading = open_table(copy)
+    assert reading is not None and reading.transaction_version(plans[5].key.app_id) == 0
+    assert reading.stats.checkpoint_files_read == 1
+    assert ask(copy, plans[5].key).committed_generation == 0
+
+    # The checkpoint's files changed (re-written at the same version): its index is not used.
+    checkpoint = delta_log.checkpoint_path(copy, 200)
+    os.utime(checkpoint, ns=(time.time_ns(), time.time_ns()))
+    delta_log.clear_cache()
+    reading = open_table(copy)
+    assert reading is not None and reading.stats.index_files_read == 0
+    assert reading.stats.checkpoint_files_read == 1
+    assert reading.transaction_version(plans[5].key.app_id) == 0

@@ -28,7 +28,8 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.delta_log import TableLog, commit_path
+from airflow_eod.core.checkpoint_index import index_after_checkpoint
+from airflow_eod.core.delta_log import TableLog, checkpoint_path, commit_path, read_checkpoint_markers
 from airflow_eod.core.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,9 @@ def write_checkpoint(table_path: str, version: int, configuration: dict[str, str
     try:
         snapshot = DeltaTable(table_path, version=version)
         snapshot.create_checkpoint()
+        written = checkpoint_path(table_path, version)
+        if os.path.exists(written):
+            index_after_checkpoint(table_path, version, [written], read_checkpoint_markers)
         if configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false":
             snapshot.cleanup_metadata()
     except Exception as exc:

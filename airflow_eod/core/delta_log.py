@@ -22,19 +22,23 @@ checkpoint) falls back to listing the log directory, and, past that, to ``deltal
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from airflow_eod.core.checkpoint_index import IndexMismatch, read_index
 from airflow_eod.core.durations import parse_interval
 from airflow_eod.core.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
 
 _LOG = "_delta_log"
 _ACTION_BYTES = re.compile(rb'^\s*\{\s*"(\w+)"')
@@ -72,8 +76,27 @@ class LogReadStats:
 
     commits_read: int = 0
     checkpoint_files_read: int = 0
+    index_files_read: int = 0  # a checkpoint's index (checkpoint_index), instead of the checkpoint
     listed: bool = False
     fell_back: bool = False
+
+
+class _Markers(Protocol):
+    def lookup(self, app_id: str) -> int | None: ...
+
+
+class _TableMarkers:
+    """A checkpoint's markers as decoded from the checkpoint (``appId``, ``version``)."""
+
+    def __init__(self, markers: pa.Table | None) -> None:
+        self._markers = markers
+
+    def lookup(self, app_id: str) -> int | None:
+        markers = self._markers
+        if markers is None or markers.num_rows == 0:
+            return None
+        hit = markers.filter(pc.equal(markers.column("appId"), app_id))
+        return int(hit.column("version")[0].as_py()) if hit.num_rows else None
 
 
 @dataclass
@@ -92,10 +115,11 @@ class TableLog:
     _metadata: TableMetadata
     _protocol: TableProtocol
     _tail_markers: dict[str, tuple[int, int]] = field(default_factory=dict)
-    _checkpoint_markers: pa.Table | None = None
+    _checkpoint_markers: _Markers | None = None
     stats: LogReadStats = field(default_factory=LogReadStats)
     _full: DeltaTable | None = None
     read_at: float = 0.0  # when the probing that found the newest version began (time.time())
+    checkpoint_parts: int | None = None
 
     @property
     def table_uri(self) -> str:
@@ -126,10 +150,22 @@ class TableLog:
         if found is not None:
             return found[0]
         markers = self._checkpoint_markers
-        if markers is None or markers.num_rows == 0:
+        if markers is None:
             return None
-        hit = markers.filter(pc.equal(markers.column("appId"), app_id))
-        return int(hit.column("version")[0].as_py()) if hit.num_rows else None
+        try:
+            return markers.lookup(app_id)
+        except IndexMismatch as exc:
+            log.warning(
+                "the index of checkpoint %d of %s is unusable (%s): reading the checkpoint",
+                self.checkpoint_version,
+                self.path,
+                exc,
+            )
+            files = _checkpoint_files(
+                os.path.join(self.path, _LOG), self.checkpoint_version, self.checkpoint_parts
+            )
+            self._checkpoint_markers = _TableMarkers(_read_checkpoint(files, self.stats)[1])
+            return self._checkpoint_markers.lookup(app_id)
 
     def marker_commit(self, app_id: str) -> int | None:
         """The version of the commit after the checkpoint that set ``app_id``'s marker, if any."""
@@ -340,6 +376,21 @@ def _read_checkpoint(files: list[str], stats: LogReadStats) -> tuple[dict[str, A
     return state, merged
 
 
+def checkpoint_path(table_path: str, version: int) -> str:
+    """The single-file checkpoint of ``version`` (what ``deltalake`` writes)."""
+    return _checkpoint_files(os.path.join(table_path, _LOG), version, None)[0]
+
+
+def read_checkpoint_markers(files: list[str]) -> tuple[dict[str, Any], dict[str, int]]:
+    """A checkpoint's ``metaData``/``protocol`` actions and its markers (app id to version),
+    read as a reading without an index reads them: what its index is made of."""
+    state, markers = _read_checkpoint(files, LogReadStats())
+    if markers is None:
+        return state, {}
+    ids, versions = markers.column("appId").to_pylist(), markers.column("version").to_pylist()
+    return state, {str(a): int(v) for a, v in zip(ids, versions, strict=True)}
+
+
 def checkpoint_holds(table: TableLog, version: int, add_path: str | None, app_id: str) -> bool | None:
     """Whether the commit just written at ``version`` is part of the table as readers see it.
 
@@ -490,6 +541,7 @@ def _extend(cached: TableLog, signature: tuple[int, int, int]) -> TableLog | Non
         cached._checkpoint_markers,
         stats,
         read_at=started,
+        checkpoint_parts=cached.checkpoint_parts,
     )
     if version != cached.table_version:
         _remember(table)
@@ -512,10 +564,16 @@ def _read_log(table_path: str, *, listing: bool = False) -> TableLog | None:
             return None
         files = _checkpoint_files(log_dir, *start) if start else []
     state: dict[str, Any] = {}
-    markers: pa.Table | None = None
+    markers: _Markers | None = None
     version = -1
     if start is not None:
-        state, markers = _read_checkpoint(files, stats)
+        indexed = read_index(table_path, start[0], files)
+        if indexed is not None:
+            stats.index_files_read += 1
+            state, markers = indexed
+        else:
+            state, decoded = _read_checkpoint(files, stats)
+            markers = _TableMarkers(decoded)
         version = start[0]
     checkpoint_version = version
     tail: dict[str, tuple[int, int]] = {}
@@ -553,6 +611,7 @@ def _read_log(table_path: str, *, listing: bool = False) -> TableLog | None:
         markers,
         stats,
         read_at=started,
+        checkpoint_parts=start[1] if start is not None else None,
     )
 
 

@@ -1,0 +1,188 @@
+"""An index of a checkpoint's markers beside the table: the ask reads one small bucket of it
+instead of decoding the checkpoint's whole marker column.
+
+A Delta checkpoint holds one row per live file and one per live ``txn`` marker; reading the
+markers back costs a Parquet decode that grows with them (about 3 ms at 10,000 markers
+here, more than everything else the ask reads). When airflow-eod's committer writes a
+checkpoint, it reads it back once, as the ask would, and writes under
+``_eod/checkpoints/<version>.<identity>/``:
+
+- ``b<N>.json``: the markers whose app id hashes to bucket ``N`` (``{app id: version}``);
+- ``index.json``, last: the checkpoint's ``metaData`` and ``protocol`` actions, the number
+  of buckets and each bucket's checksum.
+
+The index is derived, never trusted on its own: ``identity`` is the checkpoint files'
+sizes and modification times, so a checkpoint re-written at the same version (a table
+re-created at the same path) has no index until its own is written; a bucket whose
+checksum does not match makes the reading decode the checkpoint itself. Nothing here is
+fsynced: a file a power cut truncated fails its checksum and is read around. Checkpoints
+written by other engines have no index and are read as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from airflow_eod.core.table_layout import META_DIR
+
+log = logging.getLogger(__name__)
+
+INDEX_FORMAT = 1
+_DIR = "checkpoints"
+_PER_BUCKET = 256  # markers per bucket, about 20 KB of JSON
+_KEPT = 3  # newest indexes kept: a reading may still be on the one before the newest
+
+
+class IndexMismatch(Exception):
+    """A bucket is missing or does not match its checksum: read the checkpoint instead."""
+
+
+def _identity(files: list[str]) -> str:
+    parts = []
+    for path in files:
+        st = os.stat(path)
+        parts.append(f"{os.path.basename(path)}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _index_dir(table_path: str, version: int, files: list[str]) -> str:
+    return os.path.join(table_path, META_DIR, _DIR, f"{version:020d}.{_identity(files)}")
+
+
+def _bucket_of(app_id: str, buckets: int) -> int:
+    return int.from_bytes(hashlib.blake2b(app_id.encode(), digest_size=4).digest(), "big") % buckets
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _put(path: str, text: str) -> None:
+    """Write ``text`` at ``path`` whole or not at all (a temporary file, then a link)."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-eod-", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # the same checkpoint indexed by a racer: same content, or caught by checksums
+    finally:
+        os.unlink(tmp)
+
+
+def write_index(
+    table_path: str, version: int, files: list[str], state: dict[str, Any], markers: dict[str, int]
+) -> None:
+    """Index the checkpoint at ``version`` from what reading it gave.
+
+    :param files: the checkpoint's files.
+    :param state: its ``metaData`` and ``protocol`` actions.
+    :param markers: its markers, app id to version.
+    """
+    where = _index_dir(table_path, version, files)
+    os.makedirs(where, exist_ok=True)
+    buckets = max(1, -(-len(markers) // _PER_BUCKET))
+    split: list[dict[str, int]] = [{} for _ in range(buckets)]
+    for app_id, marker in markers.items():
+        split[_bucket_of(app_id, buckets)][app_id] = marker
+    checksums = []
+    for n, part in enumerate(split):
+        text = json.dumps(part, sort_keys=True)
+        _put(os.path.join(where, f"b{n}.json"), text)
+        checksums.append(_digest(text))
+    body = {
+        "format": INDEX_FORMAT,
+        "version": version,
+        "metaData": state.get("metaData"),
+        "protocol": state.get("protocol"),
+        "buckets": buckets,
+        "checksums": checksums,
+        "markers": len(markers),
+    }
+    _put(os.path.join(where, "index.json"), json.dumps(body, sort_keys=True))
+    _drop_old(os.path.dirname(where))
+
+
+def _drop_old(root: str) -> None:
+    """Remove indexes older than the newest few (their checkpoints age out of the log too)."""
+    try:
+        names = sorted(n for n in os.listdir(root) if not n.startswith("."))
+    except FileNotFoundError:
+        return
+    versions = sorted({n.split(".", 1)[0] for n in names})
+    keep = set(versions[-_KEPT:])
+    for name in names:
+        if name.split(".", 1)[0] not in keep:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+class IndexedMarkers:
+    """The markers of an indexed checkpoint, one bucket read per app id asked about."""
+
+    def __init__(self, where: str, buckets: int, checksums: list[str]) -> None:
+        self._where = where
+        self._buckets = buckets
+        self._checksums = checksums
+        self._loaded: dict[int, dict[str, int]] = {}
+        self.files_read = 0
+
+    def lookup(self, app_id: str) -> int | None:
+        n = _bucket_of(app_id, self._buckets)
+        if n not in self._loaded:
+            try:
+                with open(os.path.join(self._where, f"b{n}.json")) as fh:
+                    text = fh.read()
+            except FileNotFoundError as exc:
+                raise IndexMismatch(f"bucket {n} is gone") from exc
+            if _digest(text) != self._checksums[n]:
+                raise IndexMismatch(f"bucket {n} does not match its checksum")
+            self.files_read += 1
+            self._loaded[n] = json.loads(text)
+        return self._loaded[n].get(app_id)
+
+
+def read_index(
+    table_path: str, version: int, files: list[str]
+) -> tuple[dict[str, Any], IndexedMarkers] | None:
+    """The checkpoint's ``metaData``/``protocol`` and its markers, from its index; ``None``
+    when it has none (or one that does not fit)."""
+    try:
+        where = _index_dir(table_path, version, files)
+        with open(os.path.join(where, "index.json")) as fh:
+            body = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if (
+        not isinstance(body, dict)
+        or body.get("format") != INDEX_FORMAT
+        or body.get("version") != version
+        or not body.get("metaData")
+        or not body.get("protocol")
+        or len(body.get("checksums") or []) != body.get("buckets")
+    ):
+        return None
+    state = {"metaData": body["metaData"], "protocol": body["protocol"]}
+    return state, IndexedMarkers(where, int(body["buckets"]), list(body["checksums"]))
+
+
+def index_after_checkpoint(
+    table_path: str,
+    version: int,
+    files: list[str],
+    read: Callable[[list[str]], tuple[dict[str, Any], dict[str, int]]],
+) -> None:
+    """Write the index of a checkpoint just written, best effort: without it, readings decode
+    the checkpoint, slower and never wrong."""
+    try:
+        state, markers = read(files)
+        write_index(table_path, version, files, state, markers)
+    except Exception as exc:
+        log.warning("could not index the checkpoint of %s at version %d: %s", table_path, version, exc)
