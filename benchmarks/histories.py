@@ -69,7 +69,7 @@ class _TimedJdbcSource(JdbcIncrementalSource):
     """The JDBC source, with the time of its SQL (a JDBC connection and one statement)
     recorded, so the planning figure can be split into the source's query and the rest."""
 
-    def _query(self, ctx: ReadContext, sql: str, label: str | None) -> list[Any]:
+    def _query(self, ctx: ReadContext, sql: Callable[[bool], str], label: str | None) -> list[Any]:
         t0 = time.perf_counter()
         try:
             return super()._query(ctx, sql, label)

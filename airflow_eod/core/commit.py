@@ -347,7 +347,7 @@ def commit_batch(
                     continue
                 version = table.version() + 1
                 first = uri_path(adds[0].path) if adds else None
-                if checkpoint_holds(table, version, first, batch.app_id) is not True:
+                if checkpoint_holds(table, version, first, batch.app_id, generation) is not True:
                     # Our reading was overtaken by a checkpoint and its log cleanup between
                     # the probe and the put: the commit sits where no reader looks.
                     log.warning(

@@ -169,22 +169,29 @@ def find_commit(table: TableLog, batch: BatchKey, generation: int) -> tuple[int,
     """
     known = table.marker_commit(batch.app_id)
     candidates = [known] if known is not None else range(table.version(), -1, -1)
+    # While the table's marker vouches for the generation, the newest commit that carries it
+    # is the one: a commit put into a cleanup hole is always older than the one that then
+    # landed (its writer read the log only up to the hole). Once the marker expired, a commit
+    # below the checkpoint must show that the checkpoint holds it.
+    marker = table.transaction_version(batch.app_id)
+    vouched = marker is not None and marker >= generation
     for version in candidates:
         if not os.path.exists(commit_path(table.path, version)):
             break  # older commits have aged out too
         manifest = _landed(table, batch, generation, version)
-        below = version <= table.checkpoint_version
-        if manifest is not None and (not below or _in_checkpoint(table, batch, version)):
+        if manifest is None:
+            continue
+        if version > table.checkpoint_version or vouched or _in_checkpoint(table, batch, generation, version):
             return version, manifest
     return None
 
 
-def _in_checkpoint(table: TableLog, batch: BatchKey, version: int) -> bool:
+def _in_checkpoint(table: TableLog, batch: BatchKey, generation: int, version: int) -> bool:
     """Whether a commit below the checkpoint is part of it, not a stale writer's commit put
-    into a hole that a log cleanup left (see :func:`airflow_eod.core.delta_log.overtaken`)."""
+    into a hole that a log cleanup left (see :func:`airflow_eod.core.delta_log.checkpoint_holds`)."""
     actions = read_commit_actions(table.path, version, {"add"}) or []
     first = next((a["add"]["path"] for a in actions), None)
-    return checkpoint_holds(table, version, first, batch.app_id) is True
+    return checkpoint_holds(table, version, first, batch.app_id, generation) is True
 
 
 def commit_files(table_path: str, version: int) -> list[str] | None:

@@ -392,12 +392,15 @@ def read_checkpoint_markers(files: list[str]) -> tuple[dict[str, Any], dict[str,
     return state, {str(a): int(v) for a, v in zip(ids, versions, strict=True)}
 
 
-def checkpoint_holds(table: TableLog, version: int, add_path: str | None, app_id: str) -> bool | None:
+def checkpoint_holds(
+    table: TableLog, version: int, add_path: str | None, app_id: str, generation: int
+) -> bool | None:
     """Whether the commit just written at ``version`` is part of the table as readers see it.
 
     ``True`` when no announced checkpoint reaches ``version`` (readers read the commit after
     the checkpoint) or when the checkpoint that does holds the commit's first file (live, or
-    removed since) or, for a commit without files, its marker. ``False``: the commit landed
+    removed since) or, for a commit without files, its marker at ``generation`` (an older
+    generation's marker says nothing of this commit). ``False``: the commit landed
     in a hole a log cleanup left below a checkpoint, and no reader will ever see it.
     ``None``: checkpoints kept replacing each other while this looked.
 
@@ -416,9 +419,11 @@ def checkpoint_holds(table: TableLog, version: int, add_path: str | None, app_id
                 names = set(parquet.schema_arrow.names)
                 if add_path is None:
                     if "txn" in names:
-                        txn = parquet.read(columns=["txn.appId"], use_threads=False).column("txn")
-                        flat = pc.struct_field(txn, [0])
-                        if pc.any(pc.equal(flat, app_id)).as_py():
+                        txn = parquet.read(columns=["txn.appId", "txn.version"], use_threads=False)
+                        ids = pc.struct_field(txn.column("txn"), [0])
+                        versions = pc.struct_field(txn.column("txn"), [1])
+                        hit = pc.and_(pc.equal(ids, app_id), pc.equal(versions, generation))
+                        if pc.any(hit).as_py():
                             return True
                     continue
                 for action in ("add", "remove"):

@@ -33,6 +33,15 @@ if TYPE_CHECKING:
 KEY_TYPES = ("integer", "timestamp")
 # java.sql.Types.TIMESTAMP and TIMESTAMP_WITH_TIMEZONE
 _JDBC_TIMESTAMPS = (93, 2014)
+
+
+def _is_zoned(meta: Any, i: int) -> bool:
+    """Whether result column ``i`` is a timestamp with a time zone (PostgreSQL's driver
+    reports ``timestamptz`` as TIMESTAMP, with its own type name)."""
+    name = str(meta.getColumnTypeName(i)).lower()
+    return int(meta.getColumnType(i)) == 2014 or "tz" in name or "with time zone" in name
+
+
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _SECRET_IN_URL = re.compile(r"(password|user)=", re.IGNORECASE)
 
@@ -48,8 +57,13 @@ def quote_identifier(name: str, what: str = "identifier") -> str:
     return ".".join(f'"{p}"' for p in parts)
 
 
-def _literal(value: Any, key_type: str) -> str:
-    """A SQL literal from a typed value; nothing else reaches the SQL text."""
+def _literal(value: Any, key_type: str, zoned: bool = False) -> str:
+    """A SQL literal from a typed value; nothing else reaches the SQL text.
+
+    :param zoned: the key is a ``timestamp with time zone``: the literal says UTC itself.
+        A plain ``TIMESTAMP`` literal compared with such a column is taken in the session's
+        time zone, which the JDBC driver sets from its JVM's (a worker's local zone).
+    """
     if key_type == "integer":
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigurationError(f"integer key bound {value!r} is not an integer")
@@ -57,7 +71,8 @@ def _literal(value: Any, key_type: str) -> str:
     ts = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
     if ts.tzinfo is not None:
         ts = ts.astimezone(UTC).replace(tzinfo=None)
-    return f"TIMESTAMP '{ts.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
+    text = ts.strftime("%Y-%m-%d %H:%M:%S.%f")
+    return f"TIMESTAMP WITH TIME ZONE '{text}+00:00'" if zoned else f"TIMESTAMP '{text}'"
 
 
 @dataclass(frozen=True)
@@ -134,15 +149,15 @@ class JdbcIncrementalSource:
     def _k(self) -> str:
         return quote_identifier(self.key_column, "key column")
 
-    def _range(self, boundary: dict[str, Any]) -> str:
+    def _range(self, boundary: dict[str, Any], zoned: bool) -> str:
         if "start" in boundary:
             return (
-                f"{self._k} >= {_literal(boundary['start'], 'timestamp')} AND "
-                f"{self._k} < {_literal(boundary['end'], 'timestamp')}"
+                f"{self._k} >= {_literal(boundary['start'], 'timestamp', zoned)} AND "
+                f"{self._k} < {_literal(boundary['end'], 'timestamp', zoned)}"
             )
         low = boundary.get("low")
-        upper = f"{self._k} <= {_literal(boundary['high'], self.key_type)}"
-        return upper if low is None else f"{self._k} > {_literal(low, self.key_type)} AND {upper}"
+        upper = f"{self._k} <= {_literal(boundary['high'], self.key_type, zoned)}"
+        return upper if low is None else f"{self._k} > {_literal(low, self.key_type, zoned)} AND {upper}"
 
     def _reader(self, ctx: ReadContext) -> Any:
         """A Spark JDBC reader with the connection set; the credentials go nowhere else."""
@@ -156,10 +171,19 @@ class JdbcIncrementalSource:
             .option("password", ctx.credentials.password)
         )
 
-    def _query(self, ctx: ReadContext, sql: str, label: str | None) -> list[Any]:
-        """The one row ``sql`` returns, over a plain JDBC connection opened in the driver's
-        JVM. Planning and the input check ask for one row; a Spark JDBC job for each cost
-        about 150 ms more (schema probe, job, task) than the query itself."""
+    def _query(self, ctx: ReadContext, build: Callable[[bool], str], label: str | None) -> list[Any]:
+        """The one row a statement returns, over a plain JDBC connection opened in the
+        driver's JVM. Planning and the input check ask for one row; a Spark JDBC job for
+        each cost about 150 ms more (schema probe, job, task) than the query itself.
+
+        :param build: the statement, given whether the key is a zoned timestamp.
+        """
+        return self._connected(
+            ctx, label, lambda jvm, conn: self._one_row(jvm, conn, build(self._zoned(conn)))
+        )
+
+    def _connected(self, ctx: ReadContext, label: str | None, work: Callable[[Any, Any], Any]) -> Any:
+        """``work(jvm, connection)`` on a read-only JDBC connection to the source."""
         if ctx.credentials is None:
             raise ConfigurationError("the JDBC source needs credentials (an Airflow connection)")
         try:
@@ -174,10 +198,7 @@ class JdbcIncrementalSource:
                 raise ConfigurationError(f"JDBC driver {self.driver} does not accept the URL {self.url}")
             try:
                 conn.setReadOnly(True)
-                rows = conn.createStatement().executeQuery(sql)
-                rows.next()
-                width = rows.getMetaData().getColumnCount()
-                return [self._value(jvm, rows, i) for i in range(1, width + 1)]
+                return work(jvm, conn)
             finally:
                 conn.close()
         except ConfigurationError:
@@ -186,12 +207,27 @@ class JdbcIncrementalSource:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BatchError(label, f"the source query on {self.table} failed: {text}") from exc
 
+    def _one_row(self, jvm: Any, conn: Any, sql: str) -> list[Any]:
+        rows = conn.createStatement().executeQuery(sql)
+        rows.next()
+        width = rows.getMetaData().getColumnCount()
+        return [self._value(jvm, rows, i) for i in range(1, width + 1)]
+
+    def _zoned(self, conn: Any) -> bool:
+        """Whether the key column is a ``timestamp with time zone`` (read from the table)."""
+        if self.key_type != "timestamp":
+            return False
+        meta = (
+            conn.createStatement().executeQuery(f"SELECT {self._k} FROM {self._t} WHERE 1 = 0").getMetaData()
+        )
+        return _is_zoned(meta, 1)
+
     def _value(self, jvm: Any, rows: Any, i: int) -> Any:
         """Column ``i`` of the current row as a Python value (a key, or a count)."""
         if self.key_type == "timestamp" and rows.getMetaData().getColumnType(i) in _JDBC_TIMESTAMPS:
             # Keys are UTC: a ``timestamp without time zone`` as written, one with a zone in UTC.
             java_class = jvm.java.lang.Class.forName
-            if "tz" in str(rows.getMetaData().getColumnTypeName(i)).lower():
+            if _is_zoned(rows.getMetaData(), i):
                 zoned = rows.getObject(i, java_class("java.time.OffsetDateTime"))
                 local = None if zoned is None else zoned.withOffsetSameInstant(jvm.java.time.ZoneOffset.UTC)
                 local = None if local is None else local.toLocalDateTime()
@@ -206,9 +242,10 @@ class JdbcIncrementalSource:
         return str(value.toString())  # BigDecimal and friends
 
     def _count(self, ctx: ReadContext, boundary: dict[str, Any], label: str | None) -> int:
-        return int(
-            self._query(ctx, f"SELECT COUNT(*) AS n FROM {self._t} WHERE {self._range(boundary)}", label)[0]
-        )
+        def sql(zoned: bool) -> str:
+            return f"SELECT COUNT(*) AS n FROM {self._t} WHERE {self._range(boundary, zoned)}"
+
+        return int(self._query(ctx, sql, label)[0])
 
     # -- planning ----------------------------------------------------------------
     def _next_offsets(
@@ -218,21 +255,24 @@ class JdbcIncrementalSource:
             # Only the newest batch matters: the next one starts where it ended.
             newest = history.newest()
             low = newest.boundary["high"] if newest is not None else None
-            where = "" if low is None else f" WHERE {self._k} > {_literal(low, self.key_type)}"
-            if self.max_rows_per_batch:
-                head = (
-                    f"SELECT MAX(k) AS hi FROM (SELECT {self._k} AS k FROM {self._t}{where} "
-                    f"ORDER BY {self._k} LIMIT {int(self.max_rows_per_batch)}) eod_limited"
+
+            def sql(zoned: bool) -> str:
+                # The head and the rows up to it in one statement: one snapshot, one round
+                # trip. Rows sharing the head key all count, beyond max_rows_per_batch.
+                where = "" if low is None else f" WHERE {self._k} > {_literal(low, self.key_type, zoned)}"
+                above = "" if low is None else f"{self._k} > {_literal(low, self.key_type, zoned)} AND "
+                if self.max_rows_per_batch:
+                    head = (
+                        f"SELECT MAX(k) AS hi FROM (SELECT {self._k} AS k FROM {self._t}{where} "
+                        f"ORDER BY {self._k} LIMIT {int(self.max_rows_per_batch)}) eod_limited"
+                    )
+                else:
+                    head = f"SELECT MAX({self._k}) AS hi FROM {self._t}{where}"
+                return (
+                    f"SELECT hi, (SELECT COUNT(*) FROM {self._t} WHERE {above}{self._k} <= eod_head.hi) AS n "
+                    f"FROM ({head}) eod_head"
                 )
-            else:
-                head = f"SELECT MAX({self._k}) AS hi FROM {self._t}{where}"
-            # The head and the rows up to it in one statement: one snapshot, one round trip.
-            # Rows sharing the head key all count, beyond max_rows_per_batch if need be.
-            above = "" if low is None else f"{self._k} > {_literal(low, self.key_type)} AND "
-            sql = (
-                f"SELECT hi, (SELECT COUNT(*) FROM {self._t} WHERE {above}{self._k} <= eod_head.hi) AS n "
-                f"FROM ({head}) eod_head"
-            )
+
             high, rows = self._query(ctx, sql, None)
             if high is None:
                 return None
@@ -299,7 +339,10 @@ class JdbcIncrementalSource:
     def read(self, plan: Plan, ctx: ReadContext) -> DataFrame:
         """A DataFrame of exactly the planned key range, read in parallel by key range."""
         cols = ", ".join(quote_identifier(c, "column") for c in self.columns) if self.columns else "*"
-        subquery = f"(SELECT {cols} FROM {self._t} WHERE {self._range(plan.boundary)}) eod_batch"
+        zoned = self.key_type == "timestamp" and self._connected(
+            ctx, plan.key.label, lambda _jvm, c: self._zoned(c)
+        )
+        subquery = f"(SELECT {cols} FROM {self._t} WHERE {self._range(plan.boundary, zoned)}) eod_batch"
         reader = self._reader(ctx).option("dbtable", subquery).option("fetchsize", str(self.fetch_size))
         b = plan.boundary
         if self.num_partitions > 1 and self.key_type == "integer" and "high" in b:

@@ -77,16 +77,23 @@ class MalformedSplit:
         if self.reread is None:
             return
         try:
-            tagged = _tagged(self.reread())
+            again = self.reread()
+            if CORRUPT_COLUMN not in again.columns:
+                return  # nothing is counted for this read (Parquet, no schema, the user's own mode)
+            tagged = _tagged(again)
         except Exception:  # the original failure is the one to report
             log.warning("batch %s: could not read the batch again to count malformed records", self.label)
             return
+        error: MalformedInputError | None = None
         try:
             counts = _counts_per_file(tagged)
-            if counts:
-                raise _malformed_error(self.label, tagged, counts) from exc
+            error = _malformed_error(self.label, tagged, counts) if counts else None
+        except Exception:
+            log.warning("batch %s: could not count the malformed records of the batch", self.label)
         finally:
             tagged.unpersist()
+        if error is not None:
+            raise error from exc
 
     def release(self) -> None:
         """Drop what this split cached: Spark's cache matches a later read of the same files
