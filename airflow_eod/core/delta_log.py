@@ -515,17 +515,7 @@ def _extend(cached: TableLog, signature: tuple[int, int, int]) -> TableLog | Non
     state: dict[str, Any] = {}
     version = cached.table_version
     started = time.time()
-    while True:
-        actions = read_commit_actions(cached.path, version + 1, _WANTED)
-        if actions is None:
-            break
-        version += 1
-        stats.commits_read += 1
-        for action in actions:
-            if "txn" in action:
-                tail[action["txn"]["appId"]] = (int(action["txn"]["version"]), version)
-            else:
-                state.update(action)
+    version = _read_tail(cached.path, version, tail, state, stats)
     meta, proto = cached.metadata(), cached.protocol()
     if "metaData" in state:
         body = dict(state["metaData"])
@@ -552,6 +542,28 @@ def _extend(cached: TableLog, signature: tuple[int, int, int]) -> TableLog | Non
     if version != cached.table_version:
         _remember(table)
     return table
+
+
+def _read_tail(
+    table_path: str,
+    version: int,
+    tail: dict[str, tuple[int, int]],
+    state: dict[str, Any],
+    stats: LogReadStats,
+) -> int:
+    """Read the commits after ``version`` into ``tail`` (app id -> (marker, commit version))
+    and ``state`` (the newest ``metaData``/``protocol``); the newest version found."""
+    while True:
+        actions = read_commit_actions(table_path, version + 1, _WANTED)
+        if actions is None:
+            return version
+        version += 1
+        stats.commits_read += 1
+        for action in actions:
+            if "txn" in action:
+                tail[action["txn"]["appId"]] = (int(action["txn"]["version"]), version)
+            else:
+                state.update(action)
 
 
 def _read_log(table_path: str, *, listing: bool = False) -> TableLog | None:
@@ -583,17 +595,7 @@ def _read_log(table_path: str, *, listing: bool = False) -> TableLog | None:
         version = start[0]
     checkpoint_version = version
     tail: dict[str, tuple[int, int]] = {}
-    while True:
-        actions = read_commit_actions(table_path, version + 1, _WANTED)
-        if actions is None:
-            break
-        version += 1
-        stats.commits_read += 1
-        for action in actions:
-            if "txn" in action:
-                tail[action["txn"]["appId"]] = (int(action["txn"]["version"]), version)
-            else:
-                state.update(action)
+    version = _read_tail(table_path, version, tail, state, stats)
     if version < 0:
         if os.path.isdir(log_dir) and any(_COMMIT.match(n) for n in os.listdir(log_dir)):
             raise _Unreadable("commits with no checkpoint before them and no commit 0")
