@@ -169,29 +169,40 @@ def find_commit(table: TableLog, batch: BatchKey, generation: int) -> tuple[int,
     """
     known = table.marker_commit(batch.app_id)
     candidates = [known] if known is not None else range(table.version(), -1, -1)
-    # While the table's marker vouches for the generation, the newest commit that carries it
-    # is the one: a commit put into a cleanup hole is always older than the one that then
-    # landed (its writer read the log only up to the hole). Once the marker expired, a commit
-    # below the checkpoint must show that the checkpoint holds it.
-    marker = table.transaction_version(batch.app_id)
-    vouched = marker is not None and marker >= generation
     for version in candidates:
         if not os.path.exists(commit_path(table.path, version)):
             break  # older commits have aged out too
         manifest = _landed(table, batch, generation, version)
         if manifest is None:
             continue
-        if version > table.checkpoint_version or vouched or _in_checkpoint(table, batch, generation, version):
+        if version > table.checkpoint_version or _part_of_table(table, batch, generation, version):
             return version, manifest
     return None
 
 
-def _in_checkpoint(table: TableLog, batch: BatchKey, generation: int, version: int) -> bool:
-    """Whether a commit below the checkpoint is part of it, not a stale writer's commit put
-    into a hole that a log cleanup left (see :func:`airflow_eod.core.delta_log.checkpoint_holds`)."""
+def _part_of_table(table: TableLog, batch: BatchKey, generation: int, version: int) -> bool:
+    """Whether a commit at or below the checkpoint is the table's, not a stale writer's commit
+    put into a hole a log cleanup left (it may even have taken the file name of the commit the
+    cleanup removed; see :func:`airflow_eod.core.delta_log.checkpoint_holds`).
+
+    The table's own commit left a trace: the checkpoint holds its first file (live, or as a
+    tombstone) or, for a commit without files, its marker at ``generation``; or, once the
+    tombstone expired, a later commit still in the log removed that file (an OPTIMIZE). A
+    stale writer's files were never in the table, so neither holds for them.
+    """
     actions = read_commit_actions(table.path, version, {"add"}) or []
     first = next((a["add"]["path"] for a in actions), None)
-    return checkpoint_holds(table, version, first, batch.app_id, generation) is True
+    if checkpoint_holds(table, version, first, batch.app_id, generation) is True:
+        return True
+    if first is None:
+        return False
+    for later in range(version + 1, table.version() + 1):
+        removes = read_commit_actions(table.path, later, {"remove"})
+        if removes is None:
+            return False  # aged out: no trace left to tell
+        if any(r["remove"].get("path") == first for r in removes):
+            return True
+    return False
 
 
 def commit_files(table_path: str, version: int) -> list[str] | None:
