@@ -377,3 +377,19 @@ def test_a_checkpoints_index_answers_as_the_checkpoint_does_and_is_read_around_w
     assert reading is not None and reading.stats.index_files_read == 0
     assert reading.stats.checkpoint_files_read == 1
     assert reading.transaction_version(plans[5].key.app_id) == 0
+
+
+def test_an_index_just_written_is_kept_below_a_predecessors_newer_ones(tmp_path: Any) -> None:
+    """A table re-created at the same path (its `_eod/` kept) starts its versions again below
+    the old table's indexes: the index just written stays, the oldest others go."""
+    from airflow_eod.core.checkpoint_index import write_index
+
+    table = str(tmp_path / "table")
+    os.makedirs(os.path.join(table, "_delta_log"))
+    for version in (10, 20, 30, 40, 5):
+        path = delta_log.checkpoint_path(table, version)
+        with open(path, "w") as fh:
+            fh.write(str(version))
+        write_index(table, version, [path], {"metaData": {"id": "t"}, "protocol": {}}, {"eod:p:b": version})
+    kept = sorted(name.split(".")[0] for name in os.listdir(os.path.join(table, "_eod", "checkpoints")))
+    assert kept == [f"{v:020d}" for v in (5, 20, 30, 40)]

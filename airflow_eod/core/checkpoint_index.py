@@ -108,11 +108,13 @@ def write_index(
         "markers": len(markers),
     }
     _put(os.path.join(where, "index.json"), json.dumps(body, sort_keys=True))
-    _drop_old(os.path.dirname(where))
+    _drop_old(os.path.dirname(where), os.path.basename(where))
 
 
-def _drop_old(root: str) -> None:
-    """Remove indexes older than the newest few (their checkpoints age out of the log too)."""
+def _drop_old(root: str, written: str) -> None:
+    """Remove indexes older than the newest few (their checkpoints age out of the log too),
+    never the one just ``written`` (a table re-created at the same path starts its versions
+    again below its predecessor's)."""
     try:
         names = sorted(n for n in os.listdir(root) if not n.startswith("."))
     except FileNotFoundError:
@@ -120,7 +122,7 @@ def _drop_old(root: str) -> None:
     versions = sorted({n.split(".", 1)[0] for n in names})
     keep = set(versions[-_KEPT:])
     for name in names:
-        if name.split(".", 1)[0] not in keep:
+        if name.split(".", 1)[0] not in keep and name != written:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
