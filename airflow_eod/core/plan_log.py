@@ -225,14 +225,25 @@ class PlanLog:
     def newest_offset_seq(self) -> int | None:
         """The sequence number of the newest offset plan, or ``None``.
 
-        Probes forward from the newest loaded index (offset plans are numbered without gaps),
-        so the cost does not grow with the pipeline's history the way a listing would.
+        Offset plans are numbered without gaps and never removed, so the plans that exist
+        are ``0..N``: a galloping search from the newest loaded index (if any) finds ``N``
+        in ``O(log N)`` probes, where a listing or a probe of every number would grow with
+        the pipeline's history (a JDBC pipeline writes no loaded index).
         """
         indexed = self._newest_index_seq()
-        seq = -1 if indexed is None else indexed
-        while os.path.exists(self._plan_path(OFFSETS, "", seq + 1)):
-            seq += 1
-        return None if seq < 0 else seq
+
+        def planned(seq: int) -> bool:
+            return os.path.exists(self._plan_path(OFFSETS, "", seq))
+
+        low = -1 if indexed is None else indexed  # planned (or -1)
+        step, high = 1, low + 1
+        while planned(high):
+            low, high = high, high + step
+            step *= 2
+        while high - low > 1:  # low is planned, high is not
+            mid = (low + high) // 2
+            low, high = (mid, high) if planned(mid) else (low, mid)
+        return None if low < 0 else low
 
     def get_offset_plan(self, seq: int) -> Plan:
         path = self._plan_path(OFFSETS, "", seq)

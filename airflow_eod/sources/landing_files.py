@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import re
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -124,6 +125,7 @@ class LandingFilesSource:
         if not os.path.isdir(root):
             raise BatchError(label, f"landing directory {root} does not exist (a missing source)")
         found: dict[str, dict[str, Any]] = {}
+        matches = re.compile(fnmatch.translate(self.pattern)).match  # one compile, not one per name
         pending = [root]
         while pending:
             try:
@@ -137,7 +139,7 @@ class LandingFilesSource:
                     if not entry.is_symlink():
                         pending.append(entry.path)
                     continue
-                if not fnmatch.fnmatch(entry.name, self.pattern):
+                if not matches(entry.name):
                     continue
                 # Below a canonical root, only a symlink's path differs from the file's own.
                 full = os.path.realpath(entry.path) if entry.is_symlink() else entry.path
