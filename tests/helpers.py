@@ -97,3 +97,56 @@ def run_child(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+
+
+def stage_rows(table: str, plan: Plan, generation: int, tag: str, rows: list[int]) -> tuple[Any, Any]:
+    """Stage a batch as the Spark side would (pyarrow here), rows ``seq`` tagged ``src=tag``;
+    no rows: no files, as Spark stages an empty partitioned DataFrame."""
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import Schema
+
+    from airflow_eod.core.commit import StagedBatch, StagedFile
+    from airflow_eod.core.manifest import Manifest
+    from airflow_eod.core.parquet_stats import file_stats
+    from airflow_eod.core.table_layout import attempt_dir
+
+    attempt = uuid.uuid4().hex[:16]
+    rel_dir = attempt_dir(plan.key, generation, attempt)
+    os.makedirs(os.path.join(table, rel_dir), exist_ok=True)
+    schema = pa.schema([("seq", pa.int64()), ("src", pa.string())])
+    files = []
+    if rows:
+        rel = f"{rel_dir}/part-0.parquet"
+        data = pa.table({"seq": rows, "src": [tag] * len(rows)}, schema=schema)
+        pq.write_table(data, os.path.join(table, rel))
+        n, stats = file_stats(os.path.join(table, rel))
+        st = os.stat(os.path.join(table, rel))
+        files.append(StagedFile(rel, st.st_size, int(st.st_mtime * 1000), {}, n, stats))
+    staged = StagedBatch(Schema.from_arrow(schema).to_json(), [], rel_dir, files)
+    manifest = Manifest(
+        plan.pipeline_id,
+        plan.batch_key,
+        generation,
+        plan.boundary,
+        plan.input_fingerprint,
+        len(rows),
+        len(files),
+        attempt,
+        "delta-rs",
+    )
+    return staged, manifest
+
+
+def land_and_plan(table: str, landing: str, pipeline: str, n: int) -> Plan:
+    """Land a one-row CSV file ``f<n>.csv`` and plan the pipeline's next offset batch."""
+    os.makedirs(landing, exist_ok=True)
+    with open(os.path.join(landing, f"f{n:05d}.csv"), "w") as fh:
+        fh.write(f"seq\n{n}\n")
+    plan = LandingFilesSource(path=landing, file_format="csv").plan(
+        PlanLog(table, pipeline), run_token=f"run-{n}", is_committed=lambda k: ask(table, k).committed
+    )
+    assert plan is not None
+    return plan

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -24,54 +23,11 @@ from airflow_eod.core import delta_log
 from airflow_eod.core.ask import ask
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch
-from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.parquet_stats import file_stats
-from airflow_eod.core.plan_log import Plan, PlanLog
-from airflow_eod.core.table_layout import attempt_dir
-from airflow_eod.sources.landing_files import LandingFilesSource
+from airflow_eod.core.plan_log import Plan
+from tests.helpers import land_and_plan, stage_rows
 
 pytestmark = pytest.mark.guarantee
-
-
-def _stage_rows(table: str, plan: Plan, generation: int, tag: str, rows: list[int]) -> tuple[Any, Any]:
-    """Stage a batch as the Spark side would (pyarrow here), rows tagged with ``tag``."""
-    attempt = uuid.uuid4().hex[:16]
-    rel_dir = attempt_dir(plan.key, generation, attempt)
-    os.makedirs(os.path.join(table, rel_dir), exist_ok=True)
-    schema = pa.schema([("seq", pa.int64()), ("src", pa.string())])
-    files = []
-    if rows:
-        rel = f"{rel_dir}/part-0.parquet"
-        pq.write_table(
-            pa.table({"seq": rows, "src": [tag] * len(rows)}, schema=schema), os.path.join(table, rel)
-        )
-        n, stats = file_stats(os.path.join(table, rel))
-        st = os.stat(os.path.join(table, rel))
-        files.append(StagedFile(rel, st.st_size, int(st.st_mtime * 1000), {}, n, stats))
-    staged = StagedBatch(Schema.from_arrow(schema).to_json(), [], rel_dir, files)
-    manifest = Manifest(
-        plan.pipeline_id,
-        plan.batch_key,
-        generation,
-        plan.boundary,
-        plan.input_fingerprint,
-        len(rows),
-        len(files),
-        attempt,
-        "delta-rs",
-    )
-    return staged, manifest
-
-
-def _land_and_plan(table: str, landing: str, pipeline: str, n: int) -> Plan:
-    os.makedirs(landing, exist_ok=True)
-    with open(os.path.join(landing, f"f{n:05d}.csv"), "w") as fh:
-        fh.write(f"seq\n{n}\n")
-    plan = LandingFilesSource(path=landing, file_format="csv").plan(
-        PlanLog(table, pipeline), run_token=f"run-{n}", is_committed=lambda k: ask(table, k).committed
-    )
-    assert plan is not None
-    return plan
 
 
 def _tagged_rows(table: str) -> list[tuple[str, int]]:
@@ -111,11 +67,11 @@ def test_a_stale_attempts_commit_in_a_cleanup_hole_is_not_taken_for_the_batchs_c
     cfg = {"delta.checkpointInterval": "2", "delta.logRetentionDuration": "interval 0 seconds"}
     table = str(tmp_path / "table")
     a_land, b_land = str(tmp_path / "land-a"), str(tmp_path / "land-b")
-    b0 = _land_and_plan(table, b_land, "tests.idx.b", 0)
-    commit_batch(table, b0.key, 0, *_stage_rows(table, b0, 0, "b", [0]), table_configuration=cfg)
-    k = _land_and_plan(table, a_land, "tests.idx.a", 0)
-    a1 = _stage_rows(table, k, 0, "a1", [0])
-    a2 = _stage_rows(table, k, 0, "a2", [0])
+    b0 = land_and_plan(table, b_land, "tests.idx.b", 0)
+    commit_batch(table, b0.key, 0, *stage_rows(table, b0, 0, "b", [0]), table_configuration=cfg)
+    k = land_and_plan(table, a_land, "tests.idx.a", 0)
+    a1 = stage_rows(table, k, 0, "a1", [0])
+    a2 = stage_rows(table, k, 0, "a2", [0])
 
     real_write, real_record = commit_mod.write_commit, commit_mod._record_commit
     fired: list[int] = []
@@ -132,8 +88,8 @@ def test_a_stale_attempts_commit_in_a_cleanup_hole_is_not_taken_for_the_batchs_c
             with pytest.raises(RuntimeError):
                 commit_batch(table, k.key, 0, *a1, table_configuration=cfg)
             monkeypatch.setattr(commit_mod, "_record_commit", real_record)
-            b1 = _land_and_plan(table, b_land, "tests.idx.b", 1)
-            commit_batch(table, b1.key, 0, *_stage_rows(table, b1, 0, "b", [1]), table_configuration=cfg)
+            b1 = land_and_plan(table, b_land, "tests.idx.b", 1)
+            commit_batch(table, b1.key, 0, *stage_rows(table, b1, 0, "b", [1]), table_configuration=cfg)
             assert not os.path.exists(delta_log.commit_path(table, 1)), "the cleanup left version 1"
         return real_write(table_log, *args, **kw)
 
@@ -164,9 +120,9 @@ _CFG = {"delta.checkpointInterval": "3"}
 
 
 def _load(table: str, landing: str, pipeline: str, n: int, **kw: Any) -> Plan:
-    plan = _land_and_plan(table, landing, pipeline, n)
+    plan = land_and_plan(table, landing, pipeline, n)
     commit_batch(
-        table, plan.key, 0, *_stage_rows(table, plan, 0, pipeline, [n]), table_configuration=_CFG, **kw
+        table, plan.key, 0, *stage_rows(table, plan, 0, pipeline, [n]), table_configuration=_CFG, **kw
     )
     return plan
 
@@ -209,8 +165,8 @@ def test_held_the_index_carries_widened_schema_new_configuration_and_a_restated_
     plans = [_load(table, land, "tests.idx.m", n) for n in range(2)]
     DeltaTable(table).alter.set_table_properties({"delta.logRetentionDuration": "interval 2 days"})
     # A batch with one more column, added in its own commit.
-    p2 = _land_and_plan(table, land, "tests.idx.m", 2)
-    staged, manifest = _stage_rows(table, p2, 0, "m", [2])
+    p2 = land_and_plan(table, land, "tests.idx.m", 2)
+    staged, manifest = stage_rows(table, p2, 0, "m", [2])
     wide = pa.table({"seq": [2], "src": ["m"], "extra": ["x"]})
     path = os.path.join(table, staged.files[0].path)
     pq.write_table(wide, path)
@@ -225,7 +181,7 @@ def test_held_the_index_carries_widened_schema_new_configuration_and_a_restated_
     commit_batch(table, p2.key, 0, staged, manifest, table_configuration=_CFG, schema_policy="add_columns")
     plans.append(p2)
     # Restate batch 0 to generation 1 (same columns as the table now has).
-    g1 = _stage_rows(table, plans[0], 1, "m", [100])
+    g1 = stage_rows(table, plans[0], 1, "m", [100])
     data = pa.table({"seq": [100], "src": ["m"], "extra": [None]}, schema=wide.schema)
     path = os.path.join(table, g1[0].files[0].path)
     pq.write_table(data, path)

@@ -20,7 +20,7 @@ from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import LoadSpec, run_load
-from tests.helpers import plan_for, spec_for
+from tests.helpers import land_and_plan, plan_for, spec_for, stage_rows
 
 # -- JDBC ------------------------------------------------------------------------------------
 
@@ -178,59 +178,6 @@ def test_a_parquet_file_of_another_type_than_declared_reports_sparks_error(
 # -- the log reader: a commit in a cleanup hole -----------------------------------------------
 
 
-def _stage_rows(table: str, plan: Plan, generation: int, tag: str, rows: list[int]) -> tuple[Any, Any]:
-    """Stage a batch as the Spark side would (pyarrow here); no rows: no files, as Spark
-    stages an empty partitioned DataFrame."""
-    import uuid
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from deltalake import Schema
-
-    from airflow_eod.core.commit import StagedBatch, StagedFile
-    from airflow_eod.core.manifest import Manifest
-    from airflow_eod.core.parquet_stats import file_stats
-    from airflow_eod.core.table_layout import attempt_dir
-
-    attempt = uuid.uuid4().hex[:16]
-    rel_dir = attempt_dir(plan.key, generation, attempt)
-    os.makedirs(os.path.join(table, rel_dir), exist_ok=True)
-    schema = pa.schema([("seq", pa.int64()), ("src", pa.string())])
-    files = []
-    if rows:
-        rel = f"{rel_dir}/part-0.parquet"
-        pq.write_table(
-            pa.table({"seq": rows, "src": [tag] * len(rows)}, schema=schema), os.path.join(table, rel)
-        )
-        n, stats = file_stats(os.path.join(table, rel))
-        st = os.stat(os.path.join(table, rel))
-        files.append(StagedFile(rel, st.st_size, int(st.st_mtime * 1000), {}, n, stats))
-    staged = StagedBatch(Schema.from_arrow(schema).to_json(), [], rel_dir, files)
-    manifest = Manifest(
-        plan.pipeline_id,
-        plan.batch_key,
-        generation,
-        plan.boundary,
-        plan.input_fingerprint,
-        len(rows),
-        len(files),
-        attempt,
-        "delta-rs",
-    )
-    return staged, manifest
-
-
-def _land_and_plan(table: str, landing: str, pipeline: str, n: int) -> Plan:
-    os.makedirs(landing, exist_ok=True)
-    with open(os.path.join(landing, f"f{n:05d}.csv"), "w") as fh:
-        fh.write(f"seq\n{n}\n")
-    plan = LandingFilesSource(path=landing, file_format="csv").plan(
-        PlanLog(table, pipeline), run_token=f"run-{n}", is_committed=lambda k: ask(table, k).committed
-    )
-    assert plan is not None
-    return plan
-
-
 @pytest.mark.parametrize("new_rows", [[], [100]], ids=["empty", "control_with_files"])
 def test_a_restatement_that_lands_in_a_cleanup_hole_is_not_taken_for_visible(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, new_rows: list[int]
@@ -254,10 +201,10 @@ def test_a_restatement_that_lands_in_a_cleanup_hole_is_not_taken_for_visible(
     cfg = {"delta.checkpointInterval": "1", "delta.logRetentionDuration": "interval 0 seconds"}
     table = str(tmp_path / "table")
     a_land, b_land = str(tmp_path / "land-a"), str(tmp_path / "land-b")
-    plan = _land_and_plan(table, a_land, "tests.attack.a", 0)
-    commit_batch(table, plan.key, 0, *_stage_rows(table, plan, 0, "a", [0]), table_configuration=cfg)
-    b0 = _land_and_plan(table, b_land, "tests.attack.b", 0)
-    commit_batch(table, b0.key, 0, *_stage_rows(table, b0, 0, "b", [0]), table_configuration=cfg)
+    plan = land_and_plan(table, a_land, "tests.attack.a", 0)
+    commit_batch(table, plan.key, 0, *stage_rows(table, plan, 0, "a", [0]), table_configuration=cfg)
+    b0 = land_and_plan(table, b_land, "tests.attack.b", 0)
+    commit_batch(table, b0.key, 0, *stage_rows(table, b0, 0, "b", [0]), table_configuration=cfg)
     assert ask(table, plan.key).committed_generation == 0
 
     real = commit_mod.write_commit
@@ -269,13 +216,13 @@ def test_a_restatement_that_lands_in_a_cleanup_hole_is_not_taken_for_visible(
             # Pipeline B commits twice meanwhile; each commit checkpoints and cleans up, so
             # the version our reading will write (v+1) is removed again: a hole.
             for n in (1, 2):
-                p = _land_and_plan(table, b_land, "tests.attack.b", n)
-                commit_batch(table, p.key, 0, *_stage_rows(table, p, 0, "b", [n]), table_configuration=cfg)
+                p = land_and_plan(table, b_land, "tests.attack.b", n)
+                commit_batch(table, p.key, 0, *stage_rows(table, p, 0, "b", [n]), table_configuration=cfg)
         return real(table_log, *args, **kw)
 
     monkeypatch.setattr(commit_mod, "write_commit", overtaken)
     delta_log.clear_cache()
-    g1 = _stage_rows(table, plan, 1, "a", new_rows)  # [empty]: the corrected input is empty
+    g1 = stage_rows(table, plan, 1, "a", new_rows)  # [empty]: the corrected input is empty
     outcome: Any
     try:
         outcome = commit_batch(table, plan.key, 1, *g1, table_configuration=cfg, replace_previous=True)
@@ -295,7 +242,7 @@ def test_a_restatement_that_lands_in_a_cleanup_hole_is_not_taken_for_visible(
             table,
             plan.key,
             1,
-            *_stage_rows(table, plan, 1, "a", new_rows),
+            *stage_rows(table, plan, 1, "a", new_rows),
             table_configuration=cfg,
             replace_previous=True,
         )
@@ -331,9 +278,9 @@ def test_a_missing_record_is_repaired_after_an_optimize_and_a_checkpoint(
     cfg = {"delta.checkpointInterval": "1", "delta.deletedFileRetentionDuration": "interval 0 seconds"}
     table = str(tmp_path / "table")
     a_land, b_land = str(tmp_path / "land-a"), str(tmp_path / "land-b")
-    b0 = _land_and_plan(table, b_land, "tests.attack.b", 0)
-    commit_batch(table, b0.key, 0, *_stage_rows(table, b0, 0, "b", [0]), table_configuration=cfg)
-    k = _land_and_plan(table, a_land, "tests.attack.a", 0)
+    b0 = land_and_plan(table, b_land, "tests.attack.b", 0)
+    commit_batch(table, b0.key, 0, *stage_rows(table, b0, 0, "b", [0]), table_configuration=cfg)
+    k = land_and_plan(table, a_land, "tests.attack.a", 0)
 
     real_record = commit_mod._record_commit
 
@@ -342,13 +289,13 @@ def test_a_missing_record_is_repaired_after_an_optimize_and_a_checkpoint(
 
     monkeypatch.setattr(commit_mod, "_record_commit", died)
     with pytest.raises(RuntimeError):
-        commit_batch(table, k.key, 0, *_stage_rows(table, k, 0, "a", [0]), table_configuration=cfg)
+        commit_batch(table, k.key, 0, *stage_rows(table, k, 0, "a", [0]), table_configuration=cfg)
     monkeypatch.setattr(commit_mod, "_record_commit", real_record)
     assert DeltaTable(table).version() == 1
 
     DeltaTable(table).optimize.compact()  # another writer's OPTIMIZE: K's file is rewritten
-    b1 = _land_and_plan(table, b_land, "tests.attack.b", 1)
-    commit_batch(table, b1.key, 0, *_stage_rows(table, b1, 0, "b", [1]), table_configuration=cfg)
+    b1 = land_and_plan(table, b_land, "tests.attack.b", 1)
+    commit_batch(table, b1.key, 0, *stage_rows(table, b1, 0, "b", [1]), table_configuration=cfg)
     assert os.path.exists(os.path.join(table, "_delta_log", f"{1:020d}.json")), "commit 1 is still in the log"
 
     delta_log.clear_cache()
