@@ -134,7 +134,6 @@ class IndexedMarkers:
         self._buckets = buckets
         self._checksums = checksums
         self._loaded: dict[int, dict[str, int]] = {}
-        self.files_read = 0
 
     def lookup(self, app_id: str) -> int | None:
         n = _bucket_of(app_id, self._buckets)
@@ -146,7 +145,6 @@ class IndexedMarkers:
                 raise IndexMismatch(f"bucket {n} is gone") from exc
             if _digest(text) != self._checksums[n]:
                 raise IndexMismatch(f"bucket {n} does not match its checksum")
-            self.files_read += 1
             self._loaded[n] = json.loads(text)
         return self._loaded[n].get(app_id)
 

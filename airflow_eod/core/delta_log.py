@@ -243,7 +243,7 @@ class _Overtaken(Exception):
 _REREADS = 5
 
 
-def cleanup_window(configuration: dict[str, str]) -> float | None:
+def _cleanup_window(configuration: dict[str, str]) -> float | None:
     """Seconds after which a log cleanup may remove a commit file (``None``: never)."""
     if configuration.get("delta.enableExpiredLogCleanup", "true").lower() == "false":
         return None
@@ -259,7 +259,7 @@ def _young(started: float, configuration: dict[str, str]) -> bool:
     """Whether no commit written since ``started`` can have been removed by a log cleanup yet:
     a cleanup removes only commits older than the window, so a commit written after a moment
     less than half a window ago (half: for clocks that disagree) is still there."""
-    window = cleanup_window(configuration)
+    window = _cleanup_window(configuration)
     return window is None or time.time() - started < window / 2
 
 
