@@ -25,15 +25,13 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from airflow_eod.core.ask import ask
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.sources.base import ReadContext
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark import load_job, staging
-from airflow_eod.spark.load_job import LoadSpec, run_load
+from airflow_eod.spark.load_job import local_run
 from benchmarks.common import Row, Settings, fmt_int, progress, ratio_of, row
 from benchmarks.data import DDL, write_orders_csv
 
@@ -114,17 +112,12 @@ def eod_load(
     source = LandingFilesSource(path=landing, file_format=fmt, schema=DDL)
     with _instrumented() as clock:
         t0 = time.perf_counter()
-        plan = source.plan(
-            PlanLog(table, pipeline),
+        result = load_batch(
+            LoadRequest(table, pipeline, f"{pipeline}-run"),
+            source,
             ReadContext(spark_factory=lambda: spark),
-            run_token=f"{pipeline}-run",
-            is_committed=lambda key: ask(table, key).committed,
+            run=local_run(lambda: spark, table, source, run_id=pipeline, try_number=1),
         )
-        assert plan is not None
-        spec = LoadSpec(
-            table_uri=table, plan=asdict(plan), source=source.to_dict(), run_id=pipeline, try_number=1
-        )
-        result = run_load(spark, spec)
         total = time.perf_counter() - t0
     if result.outcome != "committed":
         raise RuntimeError(f"load {pipeline} ended {result.outcome}")

@@ -15,16 +15,14 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from deltalake import DeltaTable
 
-from airflow_eod.core.ask import ask
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.sources.base import ReadContext
 from airflow_eod.sources.landing_files import LandingFilesSource
-from airflow_eod.spark.load_job import LoadSpec, run_load
+from airflow_eod.spark.load_job import local_run
 from benchmarks.common import Row, Settings, fmt_int, ms, progress, ratio_of, row
 from benchmarks.data import DDL, write_orders_csv
 
@@ -37,16 +35,12 @@ PEER_RATIO = 0.8
 def eod_increment(spark: SparkSession, landing: str, table: str, token: str) -> float:
     source = LandingFilesSource(path=landing, file_format="csv", schema=DDL)
     t0 = time.perf_counter()
-    plan = source.plan(
-        PlanLog(table, "bench.peer"),
+    # The one load flow the operators run: plan, ask, then load.
+    result = load_batch(
+        LoadRequest(table, "bench.peer", token),
+        source,
         ReadContext(spark_factory=lambda: spark),
-        run_token=token,
-        is_committed=lambda key: ask(table, key).committed,
-    )
-    if plan is None:
-        raise RuntimeError("the landing source found no new file")
-    result = run_load(
-        spark, LoadSpec(table_uri=table, plan=asdict(plan), source=source.to_dict(), try_number=1)
+        run=local_run(lambda: spark, table, source, try_number=1),
     )
     elapsed = time.perf_counter() - t0
     if result.outcome != "committed":

@@ -1,27 +1,27 @@
-"""The shared flow of every load operator; each operator only says what its source is.
+"""The shared surface of every load operator; each operator only says what its source is.
 
-Plan (freeze the batch), ask (does the table have it?), restate if asked to, run the Spark
-load, and decide from the table however the attempt ended.
+The flow itself (plan, ask, restate, decide) is :func:`airflow_eod.core.load_flow.load_batch`.
+This module adds what Airflow brings: the run's identity, and where the batch's Spark work
+runs: an in-process local SparkSession, or a driver submitted to a cluster through the
+Spark provider's ``SparkSubmitHook``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pendulum
 from airflow.sdk import BaseOperator
 
-from airflow_eod.core.ask import ask
-from airflow_eod.core.errors import ConfigurationError, InputChangedError
-from airflow_eod.core.plan_log import Plan, PlanLog
-from airflow_eod.core.planner import own_files
-from airflow_eod.core.restatement import plan_restatement, refreeze_restatement
-from airflow_eod.core.result import NO_NEW_DATA, LoadResult
-from airflow_eod.core.table_layout import normalise
+from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, decide_submitted, load_batch
+from airflow_eod.core.load_spec import LoadSpec
+from airflow_eod.core.result import LoadResult
+from airflow_eod.core.table_layout import local_path
 from airflow_eod.operators.run_context import (
     data_interval_for,
     pipeline_id_for,
@@ -32,6 +32,44 @@ from airflow_eod.sources.base import Credentials, ReadContext, Source
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+EXECUTION_MODES = ("local", "submit")
+SPECS_DIR = os.path.join("_eod", "specs")
+
+
+# SparkSubmitHook arguments the operator sets itself.
+_OWN_SUBMIT_ARGS = ("conf", "conn_id", "jars", "name", "application_args", "env_vars")
+# Settings under which spark-submit returns before the driver ends: the operator would ask
+# the table while the driver may still commit, and fail a load that then lands.
+_EARLY_RETURN = ("track_driver_via_k8s_api", "yarn_track_via_rm_api")
+_EARLY_RETURN_CONF = ("spark.yarn.submit.waitAppCompletion", "spark.kubernetes.submission.waitAppCompletion")
+
+
+def _check_submit_kwargs(submit_kwargs: dict[str, Any], spark_conf: dict[str, str]) -> None:
+    """Refuse, when the DAG is parsed, ``submit_kwargs`` that SparkSubmitHook does not take,
+    that the operator sets itself, or that make spark-submit return before its driver ends."""
+    for key in _EARLY_RETURN_CONF:
+        if str(spark_conf.get(key, "true")).strip().lower() == "false":
+            raise ConfigurationError(f"spark_conf[{key!r}] = false: the task must wait for the driver to end")
+    if not submit_kwargs:
+        return
+    import inspect
+
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    known = set(inspect.signature(SparkSubmitHook.__init__).parameters) - {"self"}
+    for key in submit_kwargs:
+        if key in _OWN_SUBMIT_ARGS:
+            raise ConfigurationError(
+                f"submit_kwargs[{key!r}]: the operator sets it (use spark_conf, spark_conn_id or jars)"
+            )
+        if key not in known:
+            raise ConfigurationError(f"submit_kwargs[{key!r}] is not an argument of SparkSubmitHook")
+        if key in _EARLY_RETURN and submit_kwargs[key]:
+            raise ConfigurationError(
+                f"submit_kwargs[{key!r}]: spark-submit would return before the driver ends, and "
+                "the task must ask the table after the driver has ended"
+            )
 
 
 def _as_bool(value: Any) -> bool:
@@ -60,7 +98,17 @@ class DeltaLoadOperator(BaseOperator):
     :param partition_by: partition columns of a table this load creates.
     :param transform: ``"module:function"`` or a callable taking and returning a DataFrame.
     :param engine: ``delta-rs`` (default) or ``delta-spark`` (needs the Delta jars).
-    :param spark_conf: extra settings for the local SparkSession.
+    :param spark_conf: extra Spark settings: of the local SparkSession, or ``--conf`` of
+        spark-submit in submit mode (e.g. ``spark.pyspark.python``, executor memory).
+    :param execution: where the batch's Spark work runs: ``local`` (default: a SparkSession
+        in the task's process, bound to 127.0.0.1) or ``submit`` (spark-submit of this
+        package's driver through ``SparkSubmitHook`` and ``spark_conn_id``). Planning and the
+        ask run in the task either way, so a batch the table holds costs no Spark at all.
+    :param spark_conn_id: the Spark connection of submit mode (master, ``deploy-mode``,
+        ``spark-binary``, queue, namespace: as for Airflow's ``SparkSubmitOperator``).
+    :param jars: comma-separated jars the load needs, such as a JDBC driver (both modes).
+    :param submit_kwargs: more ``SparkSubmitHook`` arguments in submit mode, such as
+        ``executor_memory``, ``num_executors`` or ``archives``.
     :param table_configuration: table properties for a table this load creates.
     :param restate: (templated) re-load a batch on purpose as a new generation that replaces
         the old one in one commit, e.g. ``"{{ params.restate }}"``. Without
@@ -104,9 +152,26 @@ class DeltaLoadOperator(BaseOperator):
         quarantine_table_uri: str | None = None,
         interval_start: str | datetime | None = None,
         interval_end: str | datetime | None = None,
+        execution: str = "local",
+        spark_conn_id: str = "spark_default",
+        jars: str | None = None,
+        submit_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if execution not in EXECUTION_MODES:
+            raise ConfigurationError(f"execution {execution!r} is not one of {EXECUTION_MODES}")
+        if execution == "submit" and callable(transform):
+            raise ConfigurationError(
+                "execution='submit' cannot ship a callable transform to a driver on a cluster: "
+                "pass it as 'package.module:function', importable where the driver runs"
+            )
+        _check_submit_kwargs(submit_kwargs or {}, spark_conf or {})
+        self.execution = execution
+        self.spark_conn_id = spark_conn_id
+        self.jars = jars
+        self.submit_kwargs = dict(submit_kwargs or {})
+        self._hook: Any = None
         self.table_uri = table_uri
         self.pipeline_id = pipeline_id
         self.partition_by = list(partition_by or [])
@@ -140,113 +205,79 @@ class DeltaLoadOperator(BaseOperator):
             return bounds[0], bounds[1]  # type: ignore[return-value]
         return data_interval_for(context)
 
-    def _restated(
-        self,
-        plan_log: PlanLog,
-        plan: Plan,
-        source: Source,
-        ctx: ReadContext,
-        run_token: str,
-        previous: int | None,
-    ) -> Plan:
-        """The plan of this run's restatement (a committed batch) or re-freeze (a batch the
-        table never committed), a new generation frozen from the source as it is now."""
-        committed = previous is not None
+    def _local_conf(self) -> dict[str, str]:
+        conf = dict(self.spark_conf)
+        if self.jars:
+            conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), self.jars]))
+        return conf
 
-        def replan(p: Plan, g: int) -> Plan:
-            return source.replan(p, g, ctx, committed=committed)
-
-        restated = own_files(
-            plan_log,
-            plan_restatement(
-                plan_log, plan, run_token=run_token, committed_generation=previous, replan=replan
-            ),
-        )
-        if not ask(self.table_uri, restated.key, restated.generation).committed:
-            try:
-                source.verify(restated, ctx)
-            except InputChangedError as exc:
-                # An earlier try of this run froze the restatement, failed, and the source was
-                # fixed since: the run's purpose is the source as it is now, so re-freeze it.
-                self.log.warning("batch %s: %s", restated.key, exc.cause)
-                restated = own_files(
-                    plan_log, refreeze_restatement(plan_log, restated, run_token=run_token, replan=replan)
-                )
-        self.log.info(
-            "batch %s: %s generation %s as generation %d",
-            restated.key,
-            "restating" if committed else "re-freezing (never committed)",
-            previous if committed else plan.generation,
-            restated.generation,
-        )
-        return restated
+    def _settings(self, context: Any) -> dict[str, Any]:
+        """The :class:`LoadSpec` fields this operator sets, besides the batch."""
+        return {
+            "partition_by": self.partition_by,
+            "transform": self.transform if isinstance(self.transform, str) else None,
+            "engine": self.engine,
+            "run_id": context["ti"].run_id,
+            "try_number": try_number_for(context),
+            "table_configuration": dict(self.table_configuration),
+            "schema_drift": self.schema_drift,
+            "quarantine_table_uri": self.quarantine_table_uri,
+        }
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow_eod.spark.load_job import LoadSpec, run_load
-        from airflow_eod.spark.session import get_session
+        from airflow_eod.spark.load_job import settle_committed
 
-        pipeline = pipeline_id_for(self, self.pipeline_id, context)
         source = self.build_source()
-        plan_log = PlanLog(self.table_uri, pipeline)
-        run_token = run_token_for(context)
-        ctx = ReadContext(
-            spark_factory=lambda: get_session(conf=self.spark_conf), credentials=self.credentials()
-        )
-        restate = _as_bool(self.restate)
-        named = (self.restate_batch_key or "").strip() if restate else ""
-        if named:
-            plan = plan_log.get_plan(named)
-            if plan is None:
-                raise ConfigurationError(
-                    f"restate_batch_key {named!r}: pipeline {pipeline} has no such batch in its plan "
-                    "log; `airflow-eod status TABLE` lists the batch keys"
-                )
-            plan_log.check_source(plan, source.identity())
-        else:
-            plan = source.plan(
-                plan_log,
-                ctx,
-                run_token=run_token,
-                is_committed=lambda key: ask(self.table_uri, key).committed,
-                interval=self._interval(context),
-            )
-        if plan is None:
-            self.log.info("pipeline %s: the source holds nothing new; nothing to load", pipeline)
-            return LoadResult(
-                pipeline, None, None, None, 0, 0, NO_NEW_DATA, normalise(self.table_uri)
-            ).to_dict()
-        previous: int | None = None
-        if restate:
-            previous = ask(self.table_uri, plan.key).committed_generation
-            plan = self._restated(plan_log, plan, source, ctx, run_token, previous)
-        self.log.info(
-            "batch %s: generation %d, %d input(s), fingerprint %s",
-            plan.key,
-            plan.generation,
-            len(plan.inputs),
-            plan.input_fingerprint[:12],
-        )
-        spec = LoadSpec(
+        request = LoadRequest(
             table_uri=self.table_uri,
-            plan=asdict(plan),
-            source=source.to_dict(),
-            partition_by=self.partition_by,
-            transform=self.transform if isinstance(self.transform, str) else None,
-            engine=self.engine,
-            run_id=context["ti"].run_id,
-            try_number=try_number_for(context),
-            table_configuration=dict(self.table_configuration),
-            restate=restate,
-            previous_generation=previous,
-            schema_drift=self.schema_drift,
-            quarantine_table_uri=self.quarantine_table_uri,
+            pipeline_id=pipeline_id_for(self, self.pipeline_id, context),
+            run_token=run_token_for(context),
+            interval=self._interval(context),
+            restate=_as_bool(self.restate),
+            restate_batch_key=self.restate_batch_key,
         )
-        transform = self.transform if callable(self.transform) else None
-        # run_load decides from the table however the attempt ends, so this is the result.
-        result = run_load(ctx.spark, spec, transform, ctx.credentials)
+
+        def spark_factory() -> Any:
+            from airflow_eod.spark.session import get_session
+
+            return get_session(conf=self._local_conf())
+
+        # Planning runs in the task in both modes; a SparkSession is made only if it needs
+        # one (a JDBC head query), never for a retry of a batch already planned.
+        ctx = ReadContext(spark_factory=spark_factory, credentials=self.credentials())
+        try_number = try_number_for(context)
+
+        settings = self._settings(context)
+        run: Callable[[FrozenBatch], LoadResult]
+        if self.execution == "submit":
+
+            def run(frozen: FrozenBatch) -> LoadResult:
+                spec = LoadSpec.for_batch(self.table_uri, frozen, source, **settings)
+                return self._submit(frozen, spec, ctx.credentials)
+
+        else:
+            from airflow_eod.spark.load_job import local_run
+
+            # run_load decides from the table however the attempt ends, so this is the result.
+            run = local_run(
+                lambda: ctx.spark,
+                self.table_uri,
+                source,
+                transform_fn=self.transform if callable(self.transform) else None,
+                credentials=ctx.credentials,
+                **settings,
+            )
+        result = load_batch(
+            request,
+            source,
+            ctx,
+            run=run,
+            settle=lambda status: settle_committed(self.table_uri, status, try_number),
+        )
         self.log.info(
-            "batch %s: %s (generation %s, table version %s, %d rows, %d files)",
-            plan.key,
+            "batch %s/%s: %s (generation %s, table version %s, %d rows, %d files)",
+            result.pipeline_id,
+            result.batch_key,
             result.outcome,
             result.generation,
             result.table_version,
@@ -255,3 +286,88 @@ class DeltaLoadOperator(BaseOperator):
         )
         self.log.info("result %s", json.dumps(result.to_dict(), sort_keys=True))
         return result.to_dict()
+
+    # -- submit mode -----------------------------------------------------------------
+    def _submit(self, frozen: FrozenBatch, spec: LoadSpec, credentials: Credentials | None) -> LoadResult:
+        """spark-submit the driver for ``spec``, then ask the table what happened."""
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        from airflow_eod.spark import driver
+        from airflow_eod.spark.load_job import settle_committed
+        from airflow_eod.spark.session import REQUIRED_CONF, with_utc_jvms
+
+        label = frozen.plan.key.label
+        # The spec lives beside the table: a driver that can write the table can read it,
+        # on this machine or (deploy-mode cluster) on a node of the cluster.
+        spec_dir = os.path.join(local_path(self.table_uri), SPECS_DIR)
+        os.makedirs(spec_dir, exist_ok=True)
+        spec_path = os.path.join(spec_dir, f"{spec.attempt_id}.json")
+        with open(spec_path, "w") as fh:
+            fh.write(spec.to_json())
+        secrets: dict[str, str] = {}
+        if credentials is not None:
+            from airflow.sdk.log import mask_secret
+
+            mask_secret(credentials.password)
+            secrets = {
+                driver.CREDENTIALS_USER_ENV: credentials.user,
+                driver.CREDENTIALS_PASSWORD_ENV: credentials.password,
+            }
+        self._hook = SparkSubmitHook(
+            conf={**with_utc_jvms(self.spark_conf), **REQUIRED_CONF},
+            conn_id=self.spark_conn_id,
+            jars=self.jars,
+            name=f"airflow-eod {label}"[:200],
+            application_args=["--spec", spec_path],
+            **self.submit_kwargs,
+        )
+        popen: dict[str, Any] = {}
+        if secrets and getattr(self._hook, "_connection", {}).get("deploy_mode") == "cluster":
+            # A remote driver gets them as the hook passes secrets: appMasterEnv/driverEnv
+            # settings, masked in the log (and visible to `ps` on this worker).
+            self._hook._env_vars = secrets
+        elif secrets:
+            # A client-mode driver is a child of spark-submit: the process environment
+            # reaches it, and keeps the password off every command line.
+            popen["env"] = {**os.environ, **secrets}
+        self.log.info(
+            "batch %s: submitting attempt %s (generation %d) through connection %r",
+            label,
+            spec.attempt_id,
+            spec.generation,
+            self.spark_conn_id,
+        )
+        error: BaseException | None = None
+        try:
+            self._hook.submit(driver.__file__, **popen)
+        except Exception as exc:  # the table decides, not spark-submit's exit code
+            error = exc
+        try:
+            result, status = decide_submitted(
+                self.table_uri, frozen, spec.attempt_id, error, driver.read_error(spec_path)
+            )
+        finally:
+            # spark-submit has returned: the driver has ended (waitAppCompletion is refused
+            # off), and a retry writes a spec of its own.
+            for path in (spec_path, driver.error_path(spec_path)):
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass
+        self.log.info(
+            "batch %s: the table holds generation %s at version %s: %s (attempt %s)",
+            label,
+            status.committed_generation,
+            status.table_version,
+            result.outcome,
+            status.manifest.attempt_id if status.manifest else None,
+        )
+        # The driver does this after its commit; a driver killed right after it did not.
+        settle_committed(self.table_uri, status, spec.try_number)
+        return result
+
+    def on_kill(self) -> None:
+        """Stop the submitted Spark application, best effort. A task killed with SIGKILL
+        never gets here; its retry asks the table, and fencing lets one attempt commit."""
+        if self._hook is not None:
+            self._hook.on_kill()

@@ -1,23 +1,19 @@
 """The load job: what runs in the Spark driver for one batch, locally or under spark-submit.
 
-It takes its frozen plan as data (a JSON :class:`LoadSpec`), asks the table, reads exactly
-the planned slice, writes it, commits it with its marker, and returns a JSON result that
-the table, not the exit code, stands behind. ``python -m airflow_eod.spark.load_job
---spec spec.json --result result.json`` is the spark-submit entrypoint.
+It takes its frozen plan (a :class:`~airflow_eod.core.load_spec.LoadSpec`), asks the table,
+reads exactly the planned slice, writes it, commits it with its marker, and returns a result
+that the table, not the exit code, stands behind. :mod:`airflow_eod.spark.driver` is the
+spark-submit entrypoint around it.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import json
 import logging
 import os
 import shutil
-import sys
-import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.ask import BatchStatus, ask, ask_table, open_table
@@ -25,6 +21,8 @@ from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.errors import BatchError, ConfigurationError, EodError
 from airflow_eod.core.faults import fault_point
+from airflow_eod.core.load_flow import FrozenBatch
+from airflow_eod.core.load_spec import LoadSpec
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import Plan
 from airflow_eod.core.result import (
@@ -35,9 +33,8 @@ from airflow_eod.core.result import (
     result_from_status,
 )
 from airflow_eod.core.retention import check_retention
-from airflow_eod.core.table_check import SCHEMA_FAIL, SCHEMA_POLICIES
-from airflow_eod.core.table_layout import attempt_dir, local_path, normalise
-from airflow_eod.sources import Credentials, ReadContext, Source, source_from_dict
+from airflow_eod.core.table_layout import attempt_dir, local_path
+from airflow_eod.sources import Credentials, ReadContext, Source
 from airflow_eod.spark.bad_records import MalformedSplit, single_pass, split_malformed
 from airflow_eod.spark.quarantine import deliver_outbox, stage_outbox, with_outbox
 
@@ -46,67 +43,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("delta-rs", "delta-spark")
 Transform = Callable[["DataFrame"], "DataFrame"]
 
 
-@dataclass
-class LoadSpec:
-    """Everything a driver needs to load one planned batch, as plain data (no credentials).
-
-    :param table_uri: the target Delta table.
-    :param plan: the frozen plan (``Plan`` as a dict), at the generation to commit.
-    :param source: the source (its ``to_dict()`` form).
-    :param partition_by: partition columns for a table this load creates.
-    :param transform: ``"module:function"`` applied to the DataFrame before the write.
-    :param engine: ``delta-rs`` (default) or ``delta-spark``.
-    :param run_id: the Airflow run id, recorded in the manifest.
-    :param try_number: the Airflow try number, recorded in the manifest.
-    :param table_configuration: table properties for a table this load creates.
-    :param attempt_id: unique per attempt; generated when empty.
-    :param restate: replace whatever the table holds of the batch, in the same commit.
-    :param previous_generation: the generation a restatement replaces (for the manifest).
-    :param schema_drift: ``fail`` or ``add_columns``.
-    :param quarantine_table_uri: where malformed records go; unset: they fail the batch.
-    """
-
-    table_uri: str
-    plan: dict[str, Any]
-    source: dict[str, Any]
-    partition_by: list[str] = field(default_factory=list)
-    transform: str | None = None
-    engine: str = "delta-rs"
-    run_id: str | None = None
-    try_number: int | None = None
-    table_configuration: dict[str, str] = field(default_factory=dict)
-    attempt_id: str = ""
-    restate: bool = False
-    previous_generation: int | None = None
-    schema_drift: str = SCHEMA_FAIL
-    quarantine_table_uri: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ConfigurationError(f"engine {self.engine!r} is not one of {ENGINES}")
-        if self.schema_drift not in SCHEMA_POLICIES:
-            raise ConfigurationError(f"schema_drift {self.schema_drift!r} is not one of {SCHEMA_POLICIES}")
-        if self.engine == "delta-spark" and (self.restate or self.quarantine_table_uri):
-            raise ConfigurationError("restatement and quarantine need engine='delta-rs'")
-        if self.quarantine_table_uri and normalise(self.quarantine_table_uri) == normalise(self.table_uri):
-            raise ConfigurationError("quarantine_table_uri must be another table than table_uri")
-        if not self.attempt_id:
-            self.attempt_id = uuid.uuid4().hex[:16]
-
-    @property
-    def generation(self) -> int:
-        return int(self.plan.get("generation", 0))
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> LoadSpec:
-        return cls(**json.loads(text))
+def settle_committed(table_uri: str, status: BatchStatus, try_number: int | None = None) -> None:
+    """What is due once the table holds a batch, and a crash may have cut off: deliver its
+    quarantine outbox and remove other attempts' files. Neither starts Spark."""
+    deliver_outbox(table_uri, status, try_number=try_number)
+    remove_uncommitted_attempts(table_uri, status)
 
 
 def resolve_transform(path: str) -> Transform:
@@ -199,9 +143,9 @@ def run_load(
     :param transform: a callable that overrides ``spec.transform`` (local mode only).
     :param credentials: the source's credentials (never part of ``spec``).
     """
-    plan = Plan(**spec.plan)
+    plan = spec.plan
     batch = plan.key
-    source = source_from_dict(spec.source)
+    source = spec.source
     ctx = ReadContext(spark_factory=lambda: spark, credentials=credentials, schema_drift=spec.schema_drift)
     table = open_table(spec.table_uri)
     status = ask_table(table, batch, spec.generation)
@@ -209,8 +153,7 @@ def run_load(
         log.info(
             "batch %s: already committed (generation %s); writing nothing", batch, status.committed_generation
         )
-        deliver_outbox(spec.table_uri, status, try_number=spec.try_number)  # a crash may have cut it off
-        remove_uncommitted_attempts(spec.table_uri, status)
+        settle_committed(spec.table_uri, status, spec.try_number)
         return result_from_status(spec.table_uri, status, ALREADY_COMMITTED)
     manifest = Manifest(
         pipeline_id=batch.pipeline_id,
@@ -280,8 +223,7 @@ def run_load(
         if split is not None:
             split.release()
     fault_point("after_commit", try_number=spec.try_number)
-    deliver_outbox(spec.table_uri, status, try_number=spec.try_number)
-    remove_uncommitted_attempts(spec.table_uri, status)
+    settle_committed(spec.table_uri, status, spec.try_number)
     outcome = COMMITTED if ours else ALREADY_COMMITTED
     log.info(
         "batch %s: %s generation %s at table version %s",
@@ -293,32 +235,27 @@ def run_load(
     return result_from_status(spec.table_uri, status, outcome)
 
 
-CREDENTIALS_USER_ENV = "EOD_SOURCE_USER"
-CREDENTIALS_PASSWORD_ENV = "EOD_SOURCE_PASSWORD"
+def local_run(
+    session: Callable[[], SparkSession],
+    table_uri: str,
+    source: Source,
+    *,
+    transform_fn: Transform | None = None,
+    credentials: Credentials | None = None,
+    **settings: Any,
+) -> Callable[[FrozenBatch], LoadResult]:
+    """The ``run`` step of :func:`~airflow_eod.core.load_flow.load_batch` in this process.
 
+    :param session: returns the SparkSession; called only when a batch is loaded.
+    :param table_uri: the target table.
+    :param source: the source.
+    :param transform_fn: a callable transform, which overrides ``settings["transform"]``.
+    :param credentials: the source's credentials.
+    :param settings: the other :class:`LoadSpec` fields (``run_id``, ``try_number``, ...).
+    """
 
-def main(argv: list[str] | None = None) -> int:
-    """spark-submit entrypoint: ``--spec FILE`` in, ``--result FILE`` (JSON) out."""
-    parser = argparse.ArgumentParser(prog="airflow_eod.spark.load_job")
-    parser.add_argument("--spec", required=True, help="path of the LoadSpec JSON")
-    parser.add_argument("--result", help="where to write the LoadResult JSON")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with open(args.spec) as fh:
-        spec = LoadSpec.from_json(fh.read())
-    from airflow_eod.spark.session import get_session
+    def run(frozen: FrozenBatch) -> LoadResult:
+        spec = LoadSpec.for_batch(table_uri, frozen, source, **settings)
+        return run_load(session(), spec, transform_fn, credentials)
 
-    # A submitted driver gets the source's credentials from its environment, never the spec.
-    user = os.environ.get(CREDENTIALS_USER_ENV)
-    creds = Credentials(user, os.environ.get(CREDENTIALS_PASSWORD_ENV, "")) if user else None
-    result = run_load(get_session(), spec, credentials=creds)
-    text = json.dumps(result.to_dict(), sort_keys=True)
-    if args.result:
-        with open(args.result, "w") as fh:
-            fh.write(text)
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run

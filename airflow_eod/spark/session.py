@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -21,33 +22,64 @@ REQUIRED_CONF: dict[str, str] = {
     "spark.sql.sources.partitionOverwriteMode": "static",
     "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
 }
+# A task's local Spark opens driver and block manager ports: on loopback, not on the worker's
+# public address (spark_conf can set spark.driver.bindAddress/host to open them on purpose).
+LOOPBACK = "127.0.0.1"
 LOCAL_DEFAULTS: dict[str, str] = {
+    "spark.driver.bindAddress": LOOPBACK,
+    "spark.driver.host": LOOPBACK,
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.driver.memory": "1g",
 }
 
 
+# Spark's JDBC reader turns a `timestamp without time zone` into an instant through the
+# JVM's default time zone, which spark.sql.session.timeZone does not set: a driver or an
+# executor on a node in another zone would shift every such value. Appended, never
+# replacing, to the user's own JVM options.
+UTC_JVM_OPTION = "-Duser.timezone=UTC"
+JVM_OPTION_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+
+
+def with_utc_jvms(conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` with the driver's and the executors' JVMs set to UTC."""
+    merged = dict(conf)
+    for key in JVM_OPTION_KEYS:
+        options = merged.get(key, "")
+        if UTC_JVM_OPTION not in options.split():
+            merged[key] = f"{options} {UTC_JVM_OPTION}".strip()
+    return merged
+
+
 def get_session(
-    master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "airflow-eod"
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "airflow-eod",
+    *,
+    submitted: bool = False,
 ) -> SparkSession:
     """Get (or create) the process's SparkSession with the settings loads need.
 
-    :param master: the Spark master; ``local[*]`` when unset and no session exists.
+    :param master: the Spark master; ``local[*]`` on loopback when unset and no session exists.
     :param conf: extra Spark settings (cannot override :data:`REQUIRED_CONF`).
     :param app_name: the application name.
+    :param submitted: this process is a driver that spark-submit launched: its master and
+        settings are spark-submit's, and only :data:`REQUIRED_CONF` is added.
     """
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
+    # Python workers run this interpreter unless told otherwise: a bare "python3" on PATH
+    # may lack pyspark and pyarrow.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    elif not SparkSession.getActiveSession():
+    elif not submitted and not SparkSession.getActiveSession():
         builder = builder.master("local[*]")
         for key, value in LOCAL_DEFAULTS.items():
             builder = builder.config(key, value)
-    for key, value in {**(conf or {}), **REQUIRED_CONF}.items():
+    for key, value in {**with_utc_jvms(conf or {}), **REQUIRED_CONF}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     for key, value in REQUIRED_CONF.items():

@@ -1,0 +1,103 @@
+"""The load of one frozen batch as data: what crosses a process boundary to a Spark driver.
+
+In-process code passes the typed :class:`LoadSpec`; a submitted driver receives its JSON
+(:meth:`LoadSpec.to_json`), which holds no credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.plan_log import Plan
+from airflow_eod.core.table_check import SCHEMA_FAIL, SCHEMA_POLICIES
+from airflow_eod.core.table_layout import normalise
+
+if TYPE_CHECKING:
+    from airflow_eod.core.load_flow import FrozenBatch
+    from airflow_eod.sources.base import Source
+
+ENGINES = ("delta-rs", "delta-spark")
+
+
+@dataclass
+class LoadSpec:
+    """Everything a driver needs to load one planned batch (no credentials).
+
+    :param table_uri: the target Delta table.
+    :param plan: the frozen plan, at the generation to commit.
+    :param source: the source.
+    :param partition_by: partition columns for a table this load creates.
+    :param transform: ``"module:function"`` applied to the DataFrame before the write.
+    :param engine: ``delta-rs`` (default) or ``delta-spark``.
+    :param run_id: the Airflow run id, recorded in the manifest.
+    :param try_number: the Airflow try number, recorded in the manifest.
+    :param table_configuration: table properties for a table this load creates.
+    :param attempt_id: unique per attempt; generated when empty.
+    :param restate: replace whatever the table holds of the batch, in the same commit.
+    :param previous_generation: the generation a restatement replaces (for the manifest).
+    :param schema_drift: ``fail`` or ``add_columns``.
+    :param quarantine_table_uri: where malformed records go; unset: they fail the batch.
+    """
+
+    table_uri: str
+    plan: Plan
+    source: Source
+    partition_by: list[str] = field(default_factory=list)
+    transform: str | None = None
+    engine: str = "delta-rs"
+    run_id: str | None = None
+    try_number: int | None = None
+    table_configuration: dict[str, str] = field(default_factory=dict)
+    attempt_id: str = ""
+    restate: bool = False
+    previous_generation: int | None = None
+    schema_drift: str = SCHEMA_FAIL
+    quarantine_table_uri: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigurationError(f"engine {self.engine!r} is not one of {ENGINES}")
+        if self.schema_drift not in SCHEMA_POLICIES:
+            raise ConfigurationError(f"schema_drift {self.schema_drift!r} is not one of {SCHEMA_POLICIES}")
+        if self.engine == "delta-spark" and (self.restate or self.quarantine_table_uri):
+            raise ConfigurationError("restatement and quarantine need engine='delta-rs'")
+        if self.quarantine_table_uri and normalise(self.quarantine_table_uri) == normalise(self.table_uri):
+            raise ConfigurationError("quarantine_table_uri must be another table than table_uri")
+        if not self.attempt_id:
+            self.attempt_id = uuid.uuid4().hex[:16]
+
+    @classmethod
+    def for_batch(cls, table_uri: str, frozen: FrozenBatch, source: Source, **settings: Any) -> LoadSpec:
+        """The spec that loads ``frozen``; ``settings`` are the other fields."""
+        return cls(
+            table_uri=table_uri,
+            plan=frozen.plan,
+            source=source,
+            restate=frozen.restate,
+            previous_generation=frozen.previous_generation,
+            **settings,
+        )
+
+    @property
+    def generation(self) -> int:
+        return self.plan.generation
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["plan"] = asdict(self.plan)
+        data["source"] = self.source.to_dict()
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> LoadSpec:
+        # Imported here: the sources import the core, and only a driver needs this direction.
+        from airflow_eod.sources import source_from_dict
+
+        data = json.loads(text)
+        data["plan"] = Plan(**data["plan"])
+        data["source"] = source_from_dict(data["source"])
+        return cls(**data)
