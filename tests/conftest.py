@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.spark_cluster import spark_cluster  # noqa: F401  (the `cluster` tier's session fixture)
+
 DELTA_SPARK_JARS_ENV = "EOD_DELTA_SPARK_JARS"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))

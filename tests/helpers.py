@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
-from dataclasses import asdict
 from datetime import datetime
+from types import ModuleType
 from typing import Any
 
 from airflow_eod.checker import Comparison, compare_table_with_landing
 from airflow_eod.core.ask import ask
+from airflow_eod.core.load_spec import LoadSpec
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.restatement import plan_restatement
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS
 from airflow_eod.sources.landing_files import LandingFilesSource
-from airflow_eod.spark.load_job import LoadSpec
 
 ORDERS_DDL = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"
 PIPELINE = "tests.orders"
@@ -62,8 +63,8 @@ def restate(source: Any, table: str, plan: Plan, run: str = "restate-run") -> Pl
 def spec_for(source: LandingFilesSource, table: str, plan: Plan, try_number: int = 1, **kw: Any) -> LoadSpec:
     return LoadSpec(
         table_uri=table,
-        plan=asdict(plan),
-        source=source.to_dict(),
+        plan=plan,
+        source=source,
         run_id="run-1",
         try_number=try_number,
         **kw,
@@ -87,7 +88,8 @@ def run_child(
         [
             sys.executable,
             "-m",
-            "airflow_eod.spark.load_job",
+            "airflow_eod.spark.driver",
+            "--local",
             "--spec",
             spec_path,
             "--result",
@@ -150,3 +152,44 @@ def land_and_plan(table: str, landing: str, pipeline: str, n: int) -> Plan:
     )
     assert plan is not None
     return plan
+
+
+# -- Airflow: DAG files and what a run left in the metadata DB --------------------------
+def load_dag_file(path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3] + "_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def xcom_value(run_id: str, task_id: str) -> Any:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalars(
+            select(XComModel).where(
+                XComModel.run_id == run_id, XComModel.task_id == task_id, XComModel.key == "return_value"
+            )
+        ).one()
+        return row.value
+
+
+def task_tries(run_id: str, task_id: str) -> list[str]:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskinstancehistory import TaskInstanceHistory
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        hist = session.scalars(
+            select(TaskInstanceHistory).where(
+                TaskInstanceHistory.run_id == run_id, TaskInstanceHistory.task_id == task_id
+            )
+        ).all()
+        ti = session.scalars(
+            select(TaskInstance).where(TaskInstance.run_id == run_id, TaskInstance.task_id == task_id)
+        ).one()
+        return [str(h.state) for h in sorted(hist, key=lambda h: h.try_number)] + [str(ti.state)]

@@ -42,3 +42,19 @@ def check_against_postgres(pg: Any, source_table: str, delta_table: str, where: 
     source = [_naive(r) for r in pg.rows(f"SELECT {', '.join(COLUMNS)} FROM {source_table} WHERE {where}")]
     target = [_naive(r) for r in read_delta_rows(delta_table, COLUMNS)]
     return compare_rows(source, target)
+
+
+def airflow_connection(pg: Any) -> str:
+    """The server as an Airflow connection (``AIRFLOW_CONN_...``), JSON form."""
+    import json
+
+    return json.dumps(
+        {
+            "conn_type": "postgres",
+            "host": pg.host,
+            "port": pg.port,
+            "schema": pg.database,
+            "login": pg.user,
+            "password": pg.password,
+        }
+    )

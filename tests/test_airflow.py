@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 
 from airflow_eod.examples.sample_data import write_order_files
 from tests.conftest import REPO
-from tests.helpers import check
+from tests.helpers import check, load_dag_file, task_tries, xcom_value
 
 pytestmark = pytest.mark.airflow
 
@@ -51,47 +51,7 @@ def test_airflow_providers_list_shows_the_provider(airflow_db: str) -> None:
 def _example_dag(landing: str, table: str) -> ModuleType:
     os.environ["EOD_DEMO_LANDING"] = landing
     os.environ["EOD_DEMO_TABLE"] = table
-    return _load_dag_file(os.path.join(REPO, "dags", "eod_landing_files_example.py"))
-
-
-def _load_dag_file(path: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3] + "_under_test", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _xcom(run_id: str, task_id: str) -> Any:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        row = session.scalars(
-            select(XComModel).where(
-                XComModel.run_id == run_id, XComModel.task_id == task_id, XComModel.key == "return_value"
-            )
-        ).one()
-        return row.value
-
-
-def _tries(run_id: str, task_id: str) -> list[str]:
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.taskinstancehistory import TaskInstanceHistory
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        hist = session.scalars(
-            select(TaskInstanceHistory).where(
-                TaskInstanceHistory.run_id == run_id, TaskInstanceHistory.task_id == task_id
-            )
-        ).all()
-        ti = session.scalars(
-            select(TaskInstance).where(TaskInstance.run_id == run_id, TaskInstance.task_id == task_id)
-        ).one()
-        return [str(h.state) for h in sorted(hist, key=lambda h: h.try_number)] + [str(ti.state)]
+    return load_dag_file(os.path.join(REPO, "dags", "eod_landing_files_example.py"))
 
 
 @pytest.mark.spark
@@ -108,10 +68,10 @@ def test_example_dag_retry_after_a_crash_after_commit_writes_nothing(
     finally:
         os.environ.pop("EOD_FAULTPOINTS")
     assert str(run.state) == "success"
-    assert _tries(run.run_id, "load_orders") == ["failed", "success"]
-    result = _xcom(run.run_id, "load_orders")
+    assert task_tries(run.run_id, "load_orders") == ["failed", "success"]
+    result = xcom_value(run.run_id, "load_orders")
     assert result["outcome"] == "already_committed" and result["rows"] == 300
-    confirmed = _xcom(run.run_id, "confirm_orders")
+    confirmed = xcom_value(run.run_id, "confirm_orders")
     assert confirmed["batch_key"] == result["batch_key"] and confirmed["table_version"] == 0
     assert DeltaTable(table).version() == 0, "the retry added no table version"
     cmp = check(table, landing)
@@ -121,7 +81,7 @@ def test_example_dag_retry_after_a_crash_after_commit_writes_nothing(
     write_order_files(landing, 2, 100, first_id=10_000)
     run2 = module.dag.test(logical_date=datetime(2026, 11, 21, tzinfo=UTC))
     assert str(run2.state) == "success"
-    second = _xcom(run2.run_id, "load_orders")
+    second = xcom_value(run2.run_id, "load_orders")
     assert second["outcome"] == "committed" and second["rows"] == 200 and second["table_version"] == 1
     assert second["batch_key"] != result["batch_key"]
     cmp = check(table, landing)
@@ -130,11 +90,11 @@ def test_example_dag_retry_after_a_crash_after_commit_writes_nothing(
 
 def test_sensor_times_out_on_a_batch_that_was_never_committed(airflow_db: str, tmp_path: Any) -> None:
     os.environ["EOD_TEST_TABLE"] = str(tmp_path / "no_table")
-    module = _load_dag_file(os.path.join(REPO, "tests", "dags", "eod_sensor_negative.py"))
+    module = load_dag_file(os.path.join(REPO, "tests", "dags", "eod_sensor_negative.py"))
     run = module.dag.test(logical_date=datetime(2026, 11, 20, tzinfo=UTC))
     assert str(run.state) == "failed"
-    assert _tries(run.run_id, "wait_poke")[-1] == "failed"
-    assert _tries(run.run_id, "wait_reschedule")[-1] == "failed"
+    assert task_tries(run.run_id, "wait_poke")[-1] == "failed"
+    assert task_tries(run.run_id, "wait_reschedule")[-1] == "failed"
 
 
 @pytest.mark.spark
@@ -143,7 +103,7 @@ def test_restating_a_batch_from_a_dag_param(airflow_db: str, spark: Any, tmp_pat
     write_order_files(landing, 2, 50)
     module = _example_dag(landing, table)
     first = module.dag.test(logical_date=datetime(2026, 11, 20, tzinfo=UTC))
-    loaded = _xcom(first.run_id, "load_orders")
+    loaded = xcom_value(first.run_id, "load_orders")
     assert loaded["outcome"] == "committed" and loaded["generation"] == 0
     # The files of that batch are corrected in place; a restating run re-loads them.
     for name in sorted(os.listdir(landing)):
@@ -157,8 +117,8 @@ def test_restating_a_batch_from_a_dag_param(airflow_db: str, spark: Any, tmp_pat
         run_conf={"restate": True, "restate_batch_key": loaded["batch_key"]},
     )
     assert str(run.state) == "success"
-    restated = _xcom(run.run_id, "load_orders")
+    restated = xcom_value(run.run_id, "load_orders")
     assert (restated["outcome"], restated["generation"], restated["rows"]) == ("committed", 1, 60)
-    assert _xcom(run.run_id, "confirm_orders")["generation"] == 1
+    assert xcom_value(run.run_id, "confirm_orders")["generation"] == 1
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 60, cmp.describe()

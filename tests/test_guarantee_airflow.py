@@ -31,8 +31,7 @@ from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources.base import Credentials, ReadContext
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from tests.conftest import REPO
-from tests.helpers import check
-from tests.test_airflow import _load_dag_file, _tries, _xcom
+from tests.helpers import check, load_dag_file, task_tries, xcom_value
 
 pytestmark = pytest.mark.guarantee
 
@@ -81,7 +80,7 @@ def test_mapped_interval_load_loads_every_directory_once(
         write_order_files(str(root / f"d{i}"), 2, 40, first_id=1 + 1000 * i)
     monkeypatch.setenv("EOD_TEST_MAPPED_LANDING", str(root))
     monkeypatch.setenv("EOD_TEST_MAPPED_TABLE", table)
-    module = _load_dag_file(os.path.join(DAGS, "eod_guarantee_mapped.py"))
+    module = load_dag_file(os.path.join(DAGS, "eod_guarantee_mapped.py"))
 
     run = module.dag.test(logical_date=datetime(2026, 11, 20, tzinfo=UTC))
 
@@ -131,12 +130,12 @@ def test_zero_length_intervals_are_refused_and_real_intervals_load(
     write_order_files(str(root / "2026-11-20"), 2, 50, first_id=5000)
     monkeypatch.setenv("EOD_TEST_IV_LANDING", str(root))
     monkeypatch.setenv("EOD_TEST_IV_TABLE", table)
-    module = _load_dag_file(os.path.join(DAGS, "eod_guarantee_intervals.py"))
+    module = load_dag_file(os.path.join(DAGS, "eod_guarantee_intervals.py"))
     assert type(module.trigger.timetable).__name__ == "CronTriggerTimetable", "the stock default"
 
     first = module.intervals.test(logical_date=datetime(2026, 11, 20, tzinfo=UTC))
     assert str(first.state) == "success"
-    loaded = _xcom(first.run_id, "load")
+    loaded = xcom_value(first.run_id, "load")
     assert (loaded["outcome"], loaded["rows"]) == ("committed", 100)
     assert loaded["batch_key"] == "i-20261119T000000Z-20261120T000000Z"
     version = DeltaTable(table).version()
@@ -148,7 +147,7 @@ def test_zero_length_intervals_are_refused_and_real_intervals_load(
             logs = capfd.readouterr()
             text = logs.out + logs.err
             assert str(run.state) == "failed", f"{dag.dag_id} at {hour}:00 was not refused"
-            assert _tries(run.run_id, "load") == ["failed"]
+            assert task_tries(run.run_id, "load") == ["failed"]
             for needle in _ZERO_LENGTH_FIXES:
                 assert needle in text, f"{dag.dag_id}: the error does not say {needle!r}"
             assert DeltaTable(table).version() == version, "a refused run changed the table"
@@ -159,7 +158,7 @@ def test_zero_length_intervals_are_refused_and_real_intervals_load(
     # its way, and every row is in the table once.
     second = module.intervals.test(logical_date=datetime(2026, 11, 21, tzinfo=UTC))
     assert str(second.state) == "success"
-    assert _xcom(second.run_id, "load")["batch_key"] == "i-20261120T000000Z-20261121T000000Z"
+    assert xcom_value(second.run_id, "load")["batch_key"] == "i-20261120T000000Z-20261121T000000Z"
     cmp = check(table, str(root))
     assert cmp.exact and cmp.table_rows == 200, cmp.describe()
 
@@ -204,15 +203,15 @@ def test_sensor_of_a_load_with_nothing_to_load_is_skipped_at_once(
     landing.mkdir()
     monkeypatch.setenv("EOD_TEST_SENSOR_LANDING", str(landing))
     monkeypatch.setenv("EOD_TEST_SENSOR_TABLE", str(tmp_path / "table"))
-    module = _load_dag_file(os.path.join(DAGS, "eod_guarantee_sensor.py"))
+    module = load_dag_file(os.path.join(DAGS, "eod_guarantee_sensor.py"))
 
     started = time.monotonic()
     run = module.nothing.test()
     elapsed = time.monotonic() - started
 
-    assert _xcom(run.run_id, "load")["outcome"] == "no_new_data"
-    assert _tries(run.run_id, "confirm_poke") == ["skipped"]
-    assert _tries(run.run_id, "confirm_reschedule") == ["skipped"]
+    assert xcom_value(run.run_id, "load")["outcome"] == "no_new_data"
+    assert task_tries(run.run_id, "confirm_poke") == ["skipped"]
+    assert task_tries(run.run_id, "confirm_reschedule") == ["skipped"]
     assert str(run.state) == "success"
     assert elapsed < 45, f"the sensors waited ({elapsed:.0f} s) instead of skipping"
     logs = capfd.readouterr()
@@ -224,14 +223,14 @@ def test_sensor_with_a_key_of_the_wrong_shape_fails_at_once_without_retries(
     airflow_db: str, tmp_path: Any, monkeypatch: Any, capfd: Any
 ) -> None:
     monkeypatch.setenv("EOD_TEST_SENSOR_TABLE", str(tmp_path / "table"))
-    module = _load_dag_file(os.path.join(DAGS, "eod_guarantee_sensor.py"))
+    module = load_dag_file(os.path.join(DAGS, "eod_guarantee_sensor.py"))
 
     started = time.monotonic()
     run = module.garbage.test()
     elapsed = time.monotonic() - started
 
     assert str(run.state) == "failed"
-    assert _tries(run.run_id, "confirm") == ["failed"], "a wrong key must not be retried"
+    assert task_tries(run.run_id, "confirm") == ["failed"], "a wrong key must not be retried"
     assert elapsed < 45, f"the sensor waited ({elapsed:.0f} s) before failing"
     logs = capfd.readouterr()
     assert "batch_key '2026-11-20' is not an airflow-eod batch key" in logs.out + logs.err

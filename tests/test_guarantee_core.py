@@ -494,18 +494,18 @@ def test_a_retried_restatement_refreezes_once_after_the_source_is_fixed(
     """Case 12 through the operator: try 1 of a restating run froze generation 1 and failed
     because the file changed again; after the fix, try 2 of the same run re-freezes (once),
     and try 3 finds that generation committed."""
-    from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
+    from airflow_eod.core.load_flow import LoadRequest, _restated
     from airflow_eod.sources.base import ReadContext
 
     write_order_files(landing, 1, 10)
     source = orders_source(landing, boundary="interval")
     plan = interval_plan(source, table, DAY, DAY + timedelta(days=1))
     run_load(spark, spec_for(source, table, plan))
-    op = LandingFilesToDeltaOperator(task_id="load", landing_path=landing, table_uri=table)
+    request = LoadRequest(table, PIPELINE, "restate-run", restate=True)
     log, ctx = PlanLog(table, PIPELINE), ReadContext(spark_factory=lambda: spark)
     path = plan.inputs[0]["path"]
 
-    try1 = op._restated(log, plan, source, ctx, "restate-run", 0)
+    try1 = _restated(request, log, plan, source, ctx)[0]
     assert try1.generation == 1
     with open(path, "a") as fh:  # the file changes under try 1
         fh.write("777,x,1.00,2026-11-21,2026-11-21T00:00:00Z\n")
@@ -513,10 +513,10 @@ def test_a_retried_restatement_refreezes_once_after_the_source_is_fixed(
         run_load(spark, spec_for(source, table, try1, restate=True))
     with open(path, "a") as fh:  # the fix
         fh.write("778,y,2.00,2026-11-21,2026-11-21T00:00:00Z\n")
-    try2 = op._restated(log, plan, source, ctx, "restate-run", 0)
+    try2 = _restated(request, log, plan, source, ctx)[0]
     assert try2.generation == 2
     assert run_load(spark, spec_for(source, table, try2, restate=True, try_number=2)).rows == 12
-    try3 = op._restated(log, plan, source, ctx, "restate-run", 2)
+    try3 = _restated(request, log, plan, source, ctx)[0]
     assert try3 == try2, "a retry after the commit does not restate again"
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 12, cmp.describe()

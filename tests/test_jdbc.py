@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -14,11 +13,13 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import InputChangedError
+from airflow_eod.core.load_spec import LoadSpec
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
-from airflow_eod.spark.load_job import CREDENTIALS_PASSWORD_ENV, CREDENTIALS_USER_ENV, LoadSpec, run_load
+from airflow_eod.spark.driver import CREDENTIALS_PASSWORD_ENV, CREDENTIALS_USER_ENV
+from airflow_eod.spark.load_job import run_load
 from tests.helpers import run_child
-from tests.jdbc_helpers import check_against_postgres, create_orders, insert_orders
+from tests.jdbc_helpers import airflow_connection, check_against_postgres, create_orders, insert_orders
 
 pytestmark = [pytest.mark.jdbc, pytest.mark.spark]
 
@@ -43,9 +44,7 @@ def _plan(src: JdbcIncrementalSource, ctx: ReadContext, table: str, run: str) ->
 
 
 def _spec(src: JdbcIncrementalSource, table: str, plan: Plan, try_number: int = 1) -> LoadSpec:
-    return LoadSpec(
-        table_uri=table, plan=asdict(plan), source=src.to_dict(), run_id="r", try_number=try_number
-    )
+    return LoadSpec(table_uri=table, plan=plan, source=src, run_id="r", try_number=try_number)
 
 
 def test_incremental_batches_follow_the_key_frontier(spark: Any, postgres: Any, table: str) -> None:
@@ -165,25 +164,16 @@ def test_operator_keeps_credentials_out_of_logs_xcom_plans_and_commits(
     spark: Any, postgres: Any, airflow_db: str, tmp_path: Any, capfd: Any
 ) -> None:
     from tests.conftest import REPO
-    from tests.test_airflow import _load_dag_file, _xcom
+    from tests.helpers import load_dag_file, xcom_value
 
     _setup(postgres, "orders_dag", 25)
     table = str(tmp_path / "jdbc_table")
     os.environ["EOD_TEST_JDBC_TABLE"] = table
-    os.environ["AIRFLOW_CONN_EOD_TEST_PG"] = json.dumps(
-        {
-            "conn_type": "postgres",
-            "host": postgres.host,
-            "port": postgres.port,
-            "schema": postgres.database,
-            "login": postgres.user,
-            "password": postgres.password,
-        }
-    )
-    module = _load_dag_file(os.path.join(REPO, "tests", "dags", "eod_jdbc_test.py"))
+    os.environ["AIRFLOW_CONN_EOD_TEST_PG"] = airflow_connection(postgres)
+    module = load_dag_file(os.path.join(REPO, "tests", "dags", "eod_jdbc_test.py"))
     run = module.dag.test()
     assert str(run.state) == "success"
-    result = _xcom(run.run_id, "load")
+    result = xcom_value(run.run_id, "load")
     assert result["outcome"] == "committed" and result["rows"] == 25
     cmp = check_against_postgres(postgres, "orders_dag", table)
     assert cmp.exact, cmp.describe()

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import asdict
 from typing import Any
 
 import pytest
 
 from airflow_eod.core.ask import ask, open_table
 from airflow_eod.core.errors import BatchError, MalformedInputError
+from airflow_eod.core.load_spec import LoadSpec
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.sources.landing_files import LandingFilesSource
-from airflow_eod.spark.load_job import LoadSpec, run_load
+from airflow_eod.spark.load_job import run_load
 from tests.helpers import land_and_plan, plan_for, spec_for, stage_rows
 
 # -- JDBC ------------------------------------------------------------------------------------
@@ -39,7 +39,7 @@ def _jplan(src: JdbcIncrementalSource, ctx: ReadContext, table: str, run: str) -
 
 
 def _jspec(src: JdbcIncrementalSource, table: str, plan: Plan) -> LoadSpec:
-    return LoadSpec(table_uri=table, plan=asdict(plan), source=src.to_dict(), run_id="r", try_number=1)
+    return LoadSpec(table_uri=table, plan=plan, source=src, run_id="r", try_number=1)
 
 
 @contextmanager

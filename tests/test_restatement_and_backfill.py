@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,11 +13,12 @@ from deltalake import DeltaTable
 
 from airflow_eod.cli import main as cli
 from airflow_eod.core.ask import ask
+from airflow_eod.core.load_spec import LoadSpec
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.restatement import plan_restatement
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
-from airflow_eod.spark.load_job import LoadSpec, run_load
+from airflow_eod.spark.load_job import run_load
 from tests.helpers import check, orders_source, run_child, spec_for
 from tests.jdbc_helpers import check_against_postgres, create_orders, insert_orders
 
@@ -191,7 +191,7 @@ def test_jdbc_timestamp_intervals_backfilled_backwards(spark: Any, postgres: Any
         assert plan is not None
         result = run_load(
             spark,
-            LoadSpec(table_uri=table, plan=asdict(plan), source=src.to_dict()),
+            LoadSpec(table_uri=table, plan=plan, source=src),
             credentials=ctx.credentials,
         )
         rows.append(result.rows)
