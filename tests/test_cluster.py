@@ -156,6 +156,11 @@ def test_submit_mode_loads_a_jdbc_table_with_credentials_only_in_the_environment
     assert cmp.exact, cmp.describe()
     assert postgres.password not in log, "the password is not in the task's log"
     assert "Spark-Submit cmd:" in log and "--jars /usr/share/java/postgresql.jar" in log
+    # The lines an operator reads in the task log (shown with `pytest -s`).
+    shown = ("Spark-Submit cmd:", "EOD_RESULT", "submitting attempt", "the table holds")
+    for line in log.splitlines():
+        if any(k in line for k in shown):
+            print(line)
     for dirpath, _dirs, files in os.walk(table):
         for name in files:
             if name.endswith(".json"):
