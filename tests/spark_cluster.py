@@ -305,3 +305,16 @@ def spark_cluster() -> Iterator[SparkStandalone]:
         pytest.skip("Java 17 or newer is required to run a Spark master and worker")
     with running_spark_standalone() as cluster:
         yield cluster
+
+
+def task_env(cluster: SparkStandalone, conn_id: str) -> dict[str, str]:
+    """What a submit-mode task needs in its environment: the Airflow Spark connection
+    ``conn_id`` to ``cluster`` (client deploy mode), loopback binding, and ``spark-submit``
+    on PATH (the pyspark wheel's, beside this Python, which SparkSubmitHook runs by name)."""
+    return {
+        f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(
+            {"conn_type": "spark", "host": cluster.master_url, "extra": {"deploy-mode": "client"}}
+        ),
+        "SPARK_LOCAL_IP": HOST,
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+    }

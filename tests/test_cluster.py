@@ -24,6 +24,7 @@ from airflow_eod.examples.sample_data import write_order_files
 from tests.conftest import REPO
 from tests.helpers import check, load_dag_file, xcom_value
 from tests.jdbc_helpers import airflow_connection, check_against_postgres, create_orders, insert_orders
+from tests.spark_cluster import task_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.airflow]
 
@@ -46,15 +47,10 @@ def submit_env(
 ) -> dict[str, str]:
     """The environment of a task in submit mode: the Spark connection, paths, spark-submit on PATH."""
     env = {
-        "AIRFLOW_CONN_EOD_SPARK_TEST": json.dumps(
-            {"conn_type": "spark", "host": spark_cluster.master_url, "extra": {"deploy-mode": "client"}}
-        ),
+        **task_env(spark_cluster, "eod_spark_test"),
         "EOD_TEST_LANDING": str(tmp_path / "landing"),
         "EOD_TEST_TABLE": str(tmp_path / "table"),
         "EOD_TEST_JDBC_TABLE": str(tmp_path / "jdbc_table"),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        # SparkSubmitHook runs `spark-submit` from PATH: the pyspark wheel's, beside this Python.
-        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -33,6 +33,7 @@ from airflow_eod.spark.load_job import local_run
 from tests.conftest import REPO
 from tests.helpers import check, run_child
 from tests.jdbc_helpers import airflow_connection, check_against_postgres, create_orders, insert_orders
+from tests.spark_cluster import task_env
 
 DAY = (dt.datetime(2026, 11, 2, tzinfo=dt.UTC), dt.datetime(2026, 11, 3, tzinfo=dt.UTC))
 
@@ -253,13 +254,7 @@ ORDERS_DDL = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DA
 @pytest.fixture
 def cluster_env(spark_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """A task's environment in submit mode: the Spark connection and spark-submit on PATH."""
-    env = {
-        f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(
-            {"conn_type": "spark", "host": spark_cluster.master_url, "extra": {"deploy-mode": "client"}}
-        ),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-    }
+    env = task_env(spark_cluster, CONN_ID)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
