@@ -12,6 +12,7 @@ costs the same for a table's 10,000th batch as for its 10th.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
 from airflow_eod.core.batch import BatchKey
@@ -65,15 +66,20 @@ def open_table(table_uri: str) -> TableLog | None:
     table = read_log(path)
     if table is not None:
         return table
-    if os.path.isdir(path):
-        foreign = sorted(set(os.listdir(path)) - _OWN_ENTRIES - {"_delta_log"})
-        if foreign:
-            raise UnsupportedTableError(
-                f"{path} exists but is not a Delta table (it holds {', '.join(foreign[:5])}); "
-                "point table_uri at an existing Delta table or at an empty or new directory"
-            )
-    elif os.path.exists(path):
+    # One stat, not "is it a directory?" then "does it exist?": a racer that creates the table
+    # directory between two such checks made a first load fail with "is a file".
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(mode):
         raise UnsupportedTableError(f"{path} is a file, not a Delta table directory")
+    foreign = sorted(set(os.listdir(path)) - _OWN_ENTRIES - {"_delta_log"})
+    if foreign:
+        raise UnsupportedTableError(
+            f"{path} exists but is not a Delta table (it holds {', '.join(foreign[:5])}); "
+            "point table_uri at an existing Delta table or at an empty or new directory"
+        )
     return None
 
 

@@ -13,12 +13,15 @@ import os
 import shutil
 
 from airflow_eod.core.ask import BatchStatus
+from airflow_eod.core.faults import fault_point
 from airflow_eod.core.table_layout import attempt_dir, batch_dir, local_path
 
 log = logging.getLogger(__name__)
 
 
-def remove_uncommitted_attempts(table_uri: str, status: BatchStatus) -> list[str]:
+def remove_uncommitted_attempts(
+    table_uri: str, status: BatchStatus, *, try_number: int | None = None
+) -> list[str]:
     """Delete the directories of attempts at the committed generation that did not commit.
 
     Directories of older generations are kept (time travel reads them until VACUUM).
@@ -39,6 +42,7 @@ def remove_uncommitted_attempts(table_uri: str, status: BatchStatus) -> list[str
     for name in entries:
         if name.startswith(f"g{gen}-") and name != keep:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            fault_point("in_cleanup", try_number=try_number)
             removed.append(f"{batch_dir(status.batch)}/{name}")
     if removed:
         log.info("batch %s: removed %d uncommitted attempt dir(s)", status.batch, len(removed))

@@ -1,22 +1,33 @@
 """Named fault points on the write path, armed only through an environment variable.
 
-The crash tests and the demo need an attempt to die at an exact protocol boundary
-(before the write, after the files, just before the commit, between the commit and
-its durable record, after the commit). A point is
-armed with ``EOD_FAULTPOINTS="after_commit=raise@1,after_stage=kill"``: ``raise`` throws
-:class:`InjectedFault`, ``kill`` sends SIGKILL to the process, ``sleep:S`` pauses S seconds
-(to open a race window on purpose), and ``@N`` limits the point to try number N. With
-the variable unset the points do nothing.
+The crash tests, the chaos harness and the demo need an attempt to die at an exact
+protocol boundary (once its plan is frozen, before the write, after the files, just before
+the commit, between the commit and its durable record, after the commit, in the middle of
+the cleanup). A point is armed with ``EOD_FAULTPOINTS="after_commit=raise@1,after_stage=kill"``:
+``raise`` throws :class:`InjectedFault`, ``kill`` sends SIGKILL to the process,
+``killafter:S`` sends it S seconds later from a timer thread (so the process dies at a
+random moment of whatever runs next: Spark reading or writing), ``sleep:S`` pauses S
+seconds (to open a race window on purpose), and ``@N`` limits the point to try number N.
+With the variable unset the points do nothing.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 ENV_VAR = "EOD_FAULTPOINTS"
-POINTS = ("before_write", "after_stage", "before_commit", "before_record", "after_commit")
+POINTS = (
+    "after_plan",
+    "before_write",
+    "after_stage",
+    "before_commit",
+    "before_record",
+    "after_commit",
+    "in_cleanup",
+)
 
 
 class InjectedFault(BaseException):
@@ -48,6 +59,12 @@ def fault_point(point: str, *, try_number: int | None = None) -> None:
             continue
         if action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if action.startswith("killafter:"):
+            delay = float(action[len("killafter:") :])
+            timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL))
+            timer.daemon = True
+            timer.start()
+            continue
         if action.startswith("sleep:"):
             time.sleep(float(action[len("sleep:") :]))
             continue

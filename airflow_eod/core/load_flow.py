@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from airflow_eod.core.ask import BatchStatus, ask
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
+from airflow_eod.core.faults import fault_point
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import own_files
 from airflow_eod.core.restatement import plan_restatement, refreeze_restatement
@@ -46,6 +47,7 @@ class LoadRequest:
     :param interval: the run's data interval, for interval boundaries.
     :param restate: re-load the batch on purpose as a new generation.
     :param restate_batch_key: the batch to restate (default: this run's own batch).
+    :param try_number: the attempt's try number, for fault points armed for one try.
     """
 
     table_uri: str
@@ -54,6 +56,7 @@ class LoadRequest:
     interval: tuple[datetime, datetime] | None = None
     restate: bool = False
     restate_batch_key: str | None = None
+    try_number: int | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,7 @@ def freeze(request: LoadRequest, source: Source, ctx: ReadContext) -> FrozenBatc
     previous: int | None = None
     if request.restate:
         plan, previous = _restated(request, plan_log, plan, source, ctx)
+    fault_point("after_plan", try_number=request.try_number)
     status = ask(request.table_uri, plan.key, plan.generation)
     if status.committed:
         log.info(

@@ -235,6 +235,7 @@ class DeltaLoadOperator(BaseOperator):
             interval=self._interval(context),
             restate=_as_bool(self.restate),
             restate_batch_key=self.restate_batch_key,
+            try_number=try_number_for(context),
         )
 
         def spark_factory() -> Any:

@@ -246,9 +246,17 @@ class LandingFilesSource:
             for entry in planned:
                 try:
                     inputs.append(self._stat(entry, plan.key.label))
-                except InputChangedError:
+                except InputChangedError as exc:
                     if committed:
-                        raise
+                        # The usual way out ("re-freeze it") is what is running: say the real one.
+                        raise InputChangedError(
+                            plan.key.label,
+                            f"restating generation {plan.generation} needs every file the batch loaded, "
+                            f"and {entry['path']} is gone; nothing was committed. A committed batch is "
+                            "never restated without one of its files, since its rows would silently go: "
+                            "restore the file (any corrected content) and run the restatement again "
+                            "(see the runbook, 'Restating a batch')",
+                        ) from exc
                     log.warning("batch %s: re-freezing without %s, which is gone", plan.key, entry["path"])
                     dropped.append(entry["path"])
         if dropped:

@@ -50,7 +50,7 @@ def settle_committed(table_uri: str, status: BatchStatus, try_number: int | None
     """What is due once the table holds a batch, and a crash may have cut off: deliver its
     quarantine outbox and remove other attempts' files. Neither starts Spark."""
     deliver_outbox(table_uri, status, try_number=try_number)
-    remove_uncommitted_attempts(table_uri, status)
+    remove_uncommitted_attempts(table_uri, status, try_number=try_number)
 
 
 def resolve_transform(path: str) -> Transform:

@@ -1,0 +1,79 @@
+"""Long chaos runs: many generated histories against real Spark, real Delta tables and a real
+PostgreSQL, each checked row by row (docs/testing.md).
+
+    python -m benchmarks.chaos --trials 500 --seed 1 [--per-chunk 10] [--steps 14]
+                               [--kill-percent 20] [--shrink] [--no-postgres]
+
+Trials run in chunks; chunk ``i`` is generated from seed ``--seed + i``, so a failing chunk is
+replayed exactly with ``--seed S --trials N`` (``--shrink`` lets Hypothesis cut the failing
+history down first). Prints the counters (trials, faults by kind, outcomes, refusals) and the
+duplicates, losses, wrong rows, wedged pipelines and audit errors found, with the seed of
+every failing chunk; exits 1 if any. Not a benchmark of speed: it is here because it runs
+for long, like the benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+# The harness lives with the tests (it is test tooling, not part of the package).
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+
+from tests.chaos.report import REPORT
+from tests.chaos.run import run_trials
+
+POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks.chaos", description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=1, help="seed of the first chunk")
+    parser.add_argument("--per-chunk", type=int, default=10, help="trials generated from one seed")
+    parser.add_argument("--steps", type=int, default=14, help="at most this many steps per history")
+    parser.add_argument("--kill-percent", type=int, default=20, help="share of trials with a SIGKILL")
+    parser.add_argument("--shrink", action="store_true", help="shrink a failing history (slow)")
+    parser.add_argument("--no-postgres", action="store_true", help="leave the JDBC pipeline out")
+    args = parser.parse_args(argv)
+    os.environ["EOD_CHAOS_KILL_PERCENT"] = str(args.kill_percent)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+    from airflow_eod.spark.session import get_session
+    from tests.chaos.machine import SPARK
+
+    conf = {"spark.jars": POSTGRES_JDBC_JAR} if os.path.exists(POSTGRES_JDBC_JAR) else {}
+    spark = get_session(conf=conf)
+    server = None
+    if not args.no_postgres and conf:
+        from tests.postgres_server import PostgresServer
+
+        server = PostgresServer.start()
+    SPARK["postgres"] = server
+    started = time.time()
+    try:
+        run_trials(
+            spark,
+            trials=args.trials,
+            base_seed=args.seed,
+            per_chunk=args.per_chunk,
+            steps=args.steps,
+            shrink=args.shrink,
+            say=lambda line: print(line, flush=True),
+        )
+    finally:
+        if server is not None:
+            server.stop()
+    print(f"chaos: command: python -m benchmarks.chaos {' '.join(argv or sys.argv[1:])}")
+    print(f"chaos: JDBC pipeline: {'on' if server is not None else 'off (no PostgreSQL)'}")
+    print(f"chaos: elapsed {time.time() - started:.0f} s")
+    print("\n".join(REPORT.lines()))
+    return 1 if REPORT.failures or REPORT.failing_seeds else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

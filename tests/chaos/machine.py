@@ -1,0 +1,776 @@
+"""The chaos state machine: Hypothesis invents a history, the harness injects faults into it,
+and at the end every pipeline is driven until it has nothing left to load and the checker
+compares the table with what the world wrote.
+
+A trial is one run of the machine: a fresh table fed by four pipelines (an offset pipeline
+over one landing directory, an interval pipeline whose directory is rendered from the
+interval, and two mapped instances of another one), a random history of landings, input
+changes, loads, backfills, restatements, zombies, SIGKILLs and another writer's
+maintenance, then the drain (faults stop, every failed run is cleared and retried, a batch
+whose input changed is re-frozen, as docs/runbook.md says) and the checks. Hypothesis
+shrinks a failing history and replays it from its seed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from deltalake import DeltaTable
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from airflow_eod.core.errors import (
+    BatchError,
+    ConfigurationError,
+    EodError,
+    InputChangedError,
+    RetentionWindowError,
+)
+from airflow_eod.core.faults import ENV_VAR, InjectedFault
+from airflow_eod.core.load_flow import LoadRequest, load_batch
+from airflow_eod.sources import Credentials, ReadContext
+from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
+from airflow_eod.sources.landing_files import LandingFilesSource
+from airflow_eod.spark.load_job import local_run, settle_committed
+from tests.chaos.oracle import check_jdbc, check_tables
+from tests.chaos.report import REPORT
+from tests.chaos.world import DDL, OPTIONAL, PARTS, REQUIRED, World
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# The SparkSession the in-process attempts share, and the PostgreSQL server of the JDBC
+# pipeline (``None``: no JDBC pipeline); the runner (test or script) sets them.
+SPARK: dict[str, Any] = {}
+BASE = datetime(2026, 1, 1, tzinfo=UTC)
+DAYS = 5
+# Where an in-process attempt may die (the InjectedFault stands for the process dying).
+RAISE_POINTS = [
+    "after_plan",
+    "before_write",
+    "after_stage",
+    "before_commit",
+    "before_record",
+    "after_commit",
+    "in_cleanup",
+]
+# Where a child attempt is SIGKILLed: a boundary, or a random moment after one.
+KILL_PHASES = {
+    "planning": "after_plan=kill",
+    "reading_writing": "before_write=killafter:{delay}",
+    "staged": "after_stage=kill",
+    "committing": "before_commit=kill",
+    "recording": "before_record=kill",
+    "cleanup": "after_commit=killafter:{short}",
+    "after_commit": "after_commit=kill",
+}
+ZOMBIE_POINTS = ["after_stage", "before_commit", "before_record"]
+KILL = "KILL:"
+INTERVAL_PIPES = ["int", "m0", "m1"]
+ALL_PIPES = ["off", *INTERVAL_PIPES]
+DICE = st.integers(0, 2**32 - 1)
+SHORT_RETENTION = {
+    "delta.setTransactionRetentionDuration": "interval 3 seconds",
+    "delta.logRetentionDuration": "interval 2 seconds",
+    "delta.checkpointInterval": "4",
+}
+
+
+class _RaceWatch(logging.Handler):
+    """Counts the loser's path of a commit race, so a race test shows the race happened."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lost = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "lost a race" in text or "created the table first" in text:
+            self.lost += 1
+
+
+RACES = _RaceWatch()
+logging.getLogger("airflow_eod").addHandler(RACES)
+logging.getLogger("airflow_eod").setLevel(logging.INFO)
+
+
+@dataclass
+class Pipe:
+    """One pipeline of the trial."""
+
+    name: str
+    pipeline_id: str
+    boundary: str
+    root: str
+
+
+@dataclass
+class Run:
+    """One DAG run: its tries share the run token."""
+
+    pipe: Pipe
+    token: str
+    interval: tuple[datetime, datetime] | None = None
+    restate: bool = False
+    restate_key: str | None = None
+    done: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def zero_length(self) -> bool:
+        return self.interval is not None and self.interval[0] == self.interval[1]
+
+
+def _key_of(exc: BatchError) -> str | None:
+    return exc.batch.split("/", 1)[1] if exc.batch and "/" in exc.batch else None
+
+
+def _refrozen_by_runbook(exc: BaseException) -> bool:
+    """Errors whose documented way out is to re-freeze (restate) the batch."""
+    if isinstance(exc, InputChangedError | RetentionWindowError):
+        return True
+    return isinstance(exc, BatchError) and "gone before their commit" in str(exc)
+
+
+def _documented_refusal(exc: BaseException) -> str | None:
+    """Refusals docs/guarantee.md lists as limits: the run ends, nothing is committed."""
+    text = str(exc)
+    if isinstance(exc, ConfigurationError) and "zero-length" in text.lower():
+        return "zero_length_interval"
+    if isinstance(exc, BatchError) and "no longer live" in text:
+        return "restate_after_optimize"
+    if isinstance(exc, BatchError) and "a restatement cannot add columns" in text:
+        return "restate_adding_columns"
+    if isinstance(exc, InputChangedError) and "never restated without one of its files" in text:
+        return "restate_with_a_file_gone"
+    if isinstance(exc, BatchError) and "commit record and the commit itself are gone" in text:
+        return "restate_without_record"
+    return None
+
+
+class ChaosMachine(RuleBasedStateMachine):
+    """One trial: a history of loads and faults against one table."""
+
+    salt = 0  # the chunk's seed (see tests/chaos/run.py)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = tempfile.mkdtemp(prefix="eod-chaos-")
+        self.table = os.path.join(self.tmp, "table")
+        self.jdbc_table = os.path.join(self.tmp, "jdbc_table")
+        self.drift_table = os.path.join(self.tmp, "drift_table")
+        self.pg = SPARK.get("postgres")
+        self.jdbc_name = f"chaos_{os.path.basename(self.tmp).replace('-', '_').lower()}"
+        self.jdbc_key = 0
+        self.quarantine = os.path.join(self.tmp, "quarantine")
+        self.runs: list[Run] = []
+        self.tries = 0
+        self.tokens = 0
+        self.armed: dict[int, str] = {}
+        self.arm_lock = threading.Lock()
+        self.planned_dirs: set[str] = set()
+        self.committed_keys: dict[str, set[str]] = {}
+        self.waits = 0
+        self.kills = 0
+        self.kill_percent = int(os.environ.get("EOD_CHAOS_KILL_PERCENT", "15"))
+        self.max_kills = int(os.environ.get("EOD_CHAOS_MAX_KILLS", "1"))
+        self.problems: list[str] = []
+        self.seed = 0
+        self.step = 0
+
+    # -- set-up --------------------------------------------------------------------
+    @initialize(seed=DICE)
+    def setup(self, seed: int) -> None:
+        # Salted by the chunk: Hypothesis starts every run with seed 0 and repeats values.
+        self.seed = (seed + self.salt * 2_654_435_761) % 2**63
+        self.rng = random.Random(self.seed)
+        short, max_files, kill_roll = self.rng.random() < 0.5, self.rng.randint(1, 3), self.rng.randrange(100)
+        # SIGKILLs cost a JVM each: a share of the trials (EOD_CHAOS_KILL_PERCENT) get one.
+        # A child's JVM takes longer to start than the short retention window lasts (its plan
+        # would be refused as too old), so SIGKILLs go to trials with the default window.
+        self.kill_budget = self.max_kills if kill_roll < self.kill_percent and not short else 0
+        self.world = World(os.path.join(self.tmp, "landing"), self.rng)
+        self.config = dict(SHORT_RETENTION) if short else {}
+        self.short = short
+        self.max_files = max_files
+        land = self.world.root
+        self.pipes = {
+            "off": Pipe("off", "chaos.off", "offsets", os.path.join(land, "off")),
+            "int": Pipe("int", "chaos.int", "interval", os.path.join(land, "int")),
+            "m0": Pipe("m0", "chaos.map.m0", "interval", os.path.join(land, "map0")),
+            "m1": Pipe("m1", "chaos.map.m1", "interval", os.path.join(land, "map1")),
+            # New columns in some files, added to its own table under schema_drift="add_columns".
+            "drift": Pipe("drift", "chaos.drift", "offsets", os.path.join(land, "drift")),
+        }
+        os.makedirs(self.pipes["off"].root)
+        os.makedirs(self.pipes["drift"].root)
+        self.all_pipes = [*ALL_PIPES, "drift"]
+        if self.pg is not None:
+            self.pipes["jdbc"] = Pipe("jdbc", "chaos.jdbc", "offsets", self.jdbc_name)
+            self.all_pipes.append("jdbc")
+            self.jdbc_batch = self.rng.choice([None, 2, 5])
+            self.pg.execute(
+                f"CREATE TABLE {self.jdbc_name} (k bigint PRIMARY KEY, id text, n integer, part text)"
+            )
+        REPORT.count("events", "short_retention" if short else "default_retention")
+
+
+    @invariant()
+    def count_step(self) -> None:
+        REPORT.steps += 1
+        self.step += 1
+
+    def dice(self, dice: int) -> random.Random:
+        """The choices of one step: its dice mixed with the trial's seed and the step number
+        (Hypothesis draws the same small dice often, above all in its first trials)."""
+        return random.Random(self.seed * 1_000_003 + self.step * 7_919 + dice)
+
+    # -- helpers -------------------------------------------------------------------
+    def day_dir(self, pipe: Pipe, start: datetime) -> str:
+        return os.path.join(pipe.root, start.strftime("%Y-%m-%d"))
+
+    def target(self, pipe: Pipe) -> str:
+        return {"jdbc": self.jdbc_table, "drift": self.drift_table}.get(pipe.name, self.table)
+
+    def credentials(self, pipe: Pipe) -> Credentials | None:
+        return Credentials(self.pg.user, self.pg.password) if pipe.name == "jdbc" else None
+
+    def source(self, pipe: Pipe, interval: tuple[datetime, datetime] | None) -> Any:
+        if pipe.name == "jdbc":
+            return JdbcIncrementalSource(
+                url=self.pg.jdbc_url, table=self.jdbc_name, key_column="k", max_rows_per_batch=self.jdbc_batch
+            )
+        if pipe.boundary == "offsets":
+            return LandingFilesSource(
+                path=pipe.root, file_format="csv", schema=DDL, max_files_per_batch=self.max_files
+            )
+        assert interval is not None
+        return LandingFilesSource(
+            path=self.day_dir(pipe, interval[0]), file_format="csv", schema=DDL, boundary="interval"
+        )
+
+    def new_run(
+        self,
+        pipe: Pipe,
+        interval: tuple[datetime, datetime] | None = None,
+        *,
+        restate: bool = False,
+        key: str | None = None,
+    ) -> Run:
+        self.tokens += 1
+        run = Run(pipe, f"{pipe.name}-run-{self.tokens}", interval, restate, key)
+        if interval is not None:
+            os.makedirs(self.day_dir(pipe, interval[0]), exist_ok=True)
+        self.runs.append(run)
+        return run
+
+    def _arm(self, try_no: int, spec: str | None) -> None:
+        with self.arm_lock:
+            if spec:
+                self.armed[try_no] = spec
+            else:
+                self.armed.pop(try_no, None)
+            parts = [f"{s}@{t}" for t, s in self.armed.items()]
+            if parts:
+                os.environ[ENV_VAR] = ",".join(parts)
+            else:
+                os.environ.pop(ENV_VAR, None)
+
+    def _request(self, run: Run, try_no: int) -> tuple[LoadRequest, Any, dict[str, Any]]:
+        request = LoadRequest(
+            self.target(run.pipe),
+            run.pipe.pipeline_id,
+            run.token,
+            interval=run.interval,
+            restate=run.restate,
+            restate_batch_key=run.restate_key,
+            try_number=try_no,
+        )
+        settings = {
+            "run_id": run.token,
+            "try_number": try_no,
+            "partition_by": ["part"],
+            "quarantine_table_uri": None if run.pipe.name in ("jdbc", "drift") else self.quarantine,
+            "schema_drift": "add_columns" if run.pipe.name == "drift" else "fail",
+            "table_configuration": self.config,
+        }
+        return request, self.source(run.pipe, run.interval), settings
+
+    def _before_attempt(self, run: Run) -> None:
+        if run.interval is not None and not run.zero_length:
+            self.planned_dirs.add(self.day_dir(run.pipe, run.interval[0]))
+
+    def attempt(self, run: Run, fault: str | None = None) -> BaseException | None:
+        """One try of ``run`` in this process; ``fault`` is ``point=action`` for this try."""
+        with self.arm_lock:
+            self.tries += 1
+            try_no = self.tries
+        REPORT.count("events", "attempt")
+        REPORT.attempts += 1
+        self._before_attempt(run)
+        request, source, settings = self._request(run, try_no)
+        spark = SPARK["session"]
+        target, creds = self.target(run.pipe), self.credentials(run.pipe)
+        self._arm(try_no, fault)
+        try:
+            result = load_batch(
+                request,
+                source,
+                ReadContext(spark_factory=lambda: spark, credentials=creds),
+                run=local_run(lambda: spark, target, source, credentials=creds, **settings),
+                settle=lambda status: settle_committed(target, status, try_no),
+            )
+        except InjectedFault as exc:
+            return exc
+        except EodError as exc:
+            refusal = _documented_refusal(exc)
+            REPORT.count("refusals", refusal or type(exc).__name__)
+            REPORT.samples.setdefault(refusal or type(exc).__name__, str(exc))
+            run.errors.append(f"{type(exc).__name__}: {exc}")
+            if refusal is None and not _refrozen_by_runbook(exc):
+                # Nothing in the history calls for this error: a user would read it as a fault.
+                REPORT.unclear_errors += 1
+                self.problems.append(f"unexpected error from {run.token}: {type(exc).__name__}: {exc}")
+            return exc
+        except Exception as exc:  # an error airflow-eod did not raise on purpose
+            REPORT.unclear_errors += 1
+            REPORT.samples.setdefault(type(exc).__name__, str(exc))
+            self.problems.append(f"unclear error from {run.token}: {type(exc).__name__}: {exc}")
+            return exc
+        finally:
+            self._arm(try_no, None)
+        REPORT.count("outcomes", result.outcome)
+        if result.batch_key:
+            self.committed_keys.setdefault(run.pipe.name, set()).add(result.batch_key)
+        run.done = True
+        return None
+
+    def dag_run(self, run: Run, fault: str | None = None, retries: int = 2) -> BaseException | None:
+        """A run with Airflow's retries: the first try may carry a fault, and a SIGKILL fault
+        runs that try in a child process of its own."""
+        err: BaseException | None = None
+        for i in range(retries + 1):
+            if i == 0 and fault is not None and fault.startswith(KILL):
+                self.killed_try(run, fault[len(KILL) :])
+                continue
+            err = self.attempt(run, fault if i == 0 else None)
+            if err is None or _documented_refusal(err):
+                return err
+        return err
+
+    def draw_fault(self, r: random.Random) -> str | None:
+        """A fault for a run's first try: none in two of five, else a raise at any boundary,
+        or, in a trial with a SIGKILL to spend, the SIGKILL of a child process."""
+        if r.random() < 0.4:
+            return None
+        if self.kills < self.kill_budget and r.random() < 0.5:
+            self.kills += 1
+            phase = r.choice(sorted(KILL_PHASES))
+            delay, short = r.uniform(0, 2), r.uniform(0, 0.05)
+            spec = KILL_PHASES[phase].format(delay=f"{delay:.2f}", short=f"{short:.3f}")
+            return KILL + phase + "|" + spec
+        name = r.choice(RAISE_POINTS)
+        REPORT.count("faults", f"raise@{name}")
+        return f"{name}=raise"
+
+    def interval_for(self, day: int, kind: str) -> tuple[datetime, datetime]:
+        start = BASE + timedelta(days=day)
+        if kind == "overlap":
+            return start, start + timedelta(days=2)
+        if kind == "zero":
+            return start, start
+        return start, start + timedelta(days=1)
+
+    def _run_for(self, r: random.Random, pipe: Pipe) -> Run:
+        if pipe.boundary == "offsets":
+            return self.new_run(pipe)
+        return self.new_run(pipe, self.interval_for(r.randrange(DAYS), "daily"))
+
+    # -- the sources -----------------------------------------------------------------
+    # Hypothesis picks the rules and a ``dice`` per step; the choices inside a step come
+    # from ``random.Random(dice)``, uniform from the first trial on (Hypothesis starts its
+    # draws small and simple), and replayed exactly from the seed.
+    @rule(dice=DICE)
+    def land_offsets_file(self, dice: int) -> None:
+        r = self.dice(dice)
+        late = r.random() < 0.3
+        bad = 1 if r.random() < 0.2 else 0
+        self.world.land(self.pipes["off"].root, r.randrange(6), n_bad=bad, hidden=r.random() < 0.1, late=late)
+        REPORT.count("events", "land_offsets" + ("_late" if late else ""))
+        if bad:
+            REPORT.count("events", "malformed_records")
+
+    @rule(dice=DICE)
+    def land_interval_file(self, dice: int) -> None:
+        r = self.dice(dice)
+        pipe, day = r.choice(INTERVAL_PIPES), r.randrange(DAYS)
+        self._land_interval(pipe, day, r.randrange(5), int(r.random() < 0.2))
+
+    def _land_interval(self, pipe: str, day: int, rows: int, bad: int) -> None:
+        directory = self.day_dir(self.pipes[pipe], BASE + timedelta(days=day))
+        # A file that lands after its interval was planned is late: only a restatement loads it.
+        expect = OPTIONAL if directory in self.planned_dirs else REQUIRED
+        self.world.land(directory, rows, n_bad=bad, expect=expect)
+        REPORT.count("events", "land_interval" + ("_late" if expect == OPTIONAL else ""))
+        if bad:
+            REPORT.count("events", "malformed_records")
+
+    def _offsets_files(self) -> list[Any]:
+        return [s for s in self.world.files_in(self.pipes["off"].root) if s.expect != "never"]
+
+    @precondition(lambda self: bool(self._offsets_files()))
+    @rule(dice=DICE)
+    def change_offsets_input(self, dice: int) -> None:
+        """A landing file rewritten in place, deleted, or moved to another name."""
+        r = self.dice(dice)
+        what = r.choice(["rewrite", "delete", "move"])
+        getattr(self.world, what)(r.choice(self._offsets_files()))
+        REPORT.count("events", f"input_{what}")
+
+    def _insert(self, r: random.Random, n: int) -> None:
+        rows = []
+        for _ in range(n):
+            self.jdbc_key += 1
+            rows.append((self.jdbc_key, f"j{self.jdbc_key}", r.randrange(-1000, 1000), r.choice(PARTS)))
+        if rows:
+            self.pg.execute(f"INSERT INTO {self.jdbc_name} VALUES (%s, %s, %s, %s)", rows, many=True)
+        REPORT.count("events", "jdbc_insert", n)
+
+    @precondition(lambda self: self.pg is not None)
+    @rule(dice=DICE)
+    def insert_jdbc_rows(self, dice: int) -> None:
+        r = self.dice(dice)
+        self._insert(r, r.randrange(1, 6))
+
+    # -- loads ------------------------------------------------------------------------
+    @rule(dice=DICE)
+    def load_drift(self, dice: int) -> None:
+        """Files of which some carry a column the declared schema lacks (schema_drift=add_columns)."""
+        r = self.dice(dice)
+        new = r.randrange(4)
+        for _ in range(new):
+            extra = r.random() < 0.4
+            self.world.land(self.pipes["drift"].root, r.randrange(5), extra=extra, table="drift")
+            REPORT.count("events", "land_new_column" if extra else "land_drift")
+        self.dag_run(self.new_run(self.pipes["drift"]), self.draw_fault(r))
+
+    @precondition(lambda self: self.pg is not None)
+    @rule(dice=DICE)
+    def load_jdbc(self, dice: int) -> None:
+        r = self.dice(dice)
+        self._insert(r, r.randrange(4))
+        self.dag_run(self.new_run(self.pipes["jdbc"]), self.draw_fault(r))
+
+    @rule(dice=DICE)
+    def load_offsets(self, dice: int) -> None:
+        r = self.dice(dice)
+        new = r.randrange(4)
+        for _ in range(new):
+            self.world.land(self.pipes["off"].root, r.randrange(6), n_bad=int(r.random() < 0.15))
+        REPORT.count("events", "land_offsets", new)
+        self.dag_run(self.new_run(self.pipes["off"]), self.draw_fault(r))
+
+    @rule(dice=DICE)
+    def load_interval(self, dice: int) -> None:
+        """One interval run: daily, or overlapping the next day's, or zero-length (refused)."""
+        r = self.dice(dice)
+        pipe, day = r.choice(INTERVAL_PIPES), r.randrange(DAYS)
+        kind = r.choice(["daily", "daily", "daily", "overlap", "zero"])
+        REPORT.count("events", f"interval_{kind}")
+        for _ in range(r.randrange(3)):
+            self._land_interval(pipe, day, r.randrange(5), int(r.random() < 0.15))
+        self.dag_run(self.new_run(self.pipes[pipe], self.interval_for(day, kind)), self.draw_fault(r))
+
+    @rule(dice=DICE)
+    def backfill_in_parallel(self, dice: int) -> None:
+        """Intervals loaded newest first and at the same time, as a backfill does."""
+        r = self.dice(dice)
+        pipe = r.choice(INTERVAL_PIPES)
+        days = r.sample(range(DAYS), r.randrange(2, 4))
+        for d in days:
+            for _ in range(r.randrange(3)):
+                self._land_interval(pipe, d, r.randrange(5), 0)
+        days.sort(reverse=True)
+        runs = [self.new_run(self.pipes[pipe], self.interval_for(d, "daily")) for d in days]
+        REPORT.count("events", "parallel_backfill")
+        faults = [self.draw_fault(r) for _ in runs]
+        with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+            list(pool.map(lambda i: self.dag_run(runs[i], faults[i]), range(len(runs))))
+
+    def _restating_run(self, r: random.Random) -> Run | None:
+        """A new run that restates one of the committed batches."""
+        pipes = sorted(p for p, keys in self.committed_keys.items() if keys)
+        if not pipes:
+            return None
+        pipe = r.choice(pipes)
+        key = r.choice(sorted(self.committed_keys[pipe]))
+        interval = None
+        if key.startswith("i-"):
+            match = [
+                run
+                for run in self.runs
+                if run.pipe.name == pipe and not run.zero_length and _interval_key(run) == key
+            ]
+            if not match:
+                return None
+            interval = match[0].interval
+        REPORT.count("events", "restatement")
+        return self.new_run(self.pipes[pipe], interval, restate=True, key=key)
+
+    @precondition(lambda self: any(self.committed_keys.values()))
+    @rule(dice=DICE)
+    def restate(self, dice: int) -> None:
+        """Restate a committed batch on purpose; the first try may fail and is retried."""
+        r = self.dice(dice)
+        run = self._restating_run(r)
+        if run is None:
+            return
+        err = self.dag_run(run, self.draw_fault(r))
+        interval = run.interval
+        if err is None and interval is not None:
+            # The restatement re-froze the interval's directory as it is now: its late files load.
+            for s in self.world.files_in(self.day_dir(run.pipe, interval[0])):
+                if s.expect == OPTIONAL:
+                    s.expect = REQUIRED
+
+    @rule(dice=DICE)
+    def zombie_and_retry(self, dice: int) -> None:
+        """A try that stalls at a boundary while the retry of the same run starts and runs
+        (sometimes of a restatement, sometimes with another writer's maintenance meanwhile)."""
+        r = self.dice(dice)
+        run = self._restating_run(r) if r.random() < 0.25 else None
+        run = run or self._run_for(r, self.pipes[r.choice(self.all_pipes)])
+        point, pause = r.choice(ZOMBIE_POINTS), r.uniform(0.2, 0.8)
+        meanwhile = r.choice(["optimize", "vacuum", "checkpoint"]) if r.random() < 0.3 else None
+        lost_before = RACES.lost
+        REPORT.count("faults", f"zombie@{point}" + ("(restatement)" if run.restate else ""))
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            zombie = pool.submit(self.attempt, run, f"{point}=sleep:{pause:.2f}")
+            time.sleep(pause / 3)
+            retry = pool.submit(self.attempt, run)
+            if meanwhile is not None:
+                time.sleep(pause / 3)
+                self.maintain(self.target(run.pipe), meanwhile)
+            errors = [zombie.result(), retry.result()]
+        if RACES.lost > lost_before:
+            REPORT.count("events", "race_lost_by_one_attempt")
+        for e in errors:
+            if e is not None and not isinstance(e, EodError):
+                self.problems.append(f"zombie race on {run.token}: {type(e).__name__}: {e}")
+
+    def killed_try(self, run: Run, fault: str) -> None:
+        """A try in a child process of its own (``python -m tests.chaos.attempt``), SIGKILLed
+        at a boundary or at a random moment of the read and write after one."""
+        phase, _, spec = fault.partition("|")
+        # New input first, so that the killed try has something to plan, write and commit.
+        r = random.Random(self.seed + self.tries)
+        if run.pipe.name == "jdbc":
+            self._insert(r, 3)
+        elif run.pipe.boundary == "offsets":
+            self.world.land(run.pipe.root, 3, table="drift" if run.pipe.name == "drift" else "main")
+        elif run.interval is not None and not run.restate:
+            self._land_interval(run.pipe.name, (run.interval[0] - BASE).days, 3, 0)
+        with self.arm_lock:
+            self.tries += 1
+            try_no = self.tries
+        self._before_attempt(run)
+        _, source, settings = self._request(run, try_no)
+        creds = self.credentials(run.pipe)
+        args = {
+            "table": self.target(run.pipe),
+            "credentials": [creds.user, creds.password] if creds else None,
+            "pipeline_id": run.pipe.pipeline_id,
+            "run_token": run.token,
+            "interval": [t.isoformat() for t in run.interval] if run.interval else None,
+            "restate": run.restate,
+            "restate_batch_key": run.restate_key,
+            "try_number": try_no,
+            "source": source.to_dict(),
+            "settings": settings,
+        }
+        env = dict(os.environ, EOD_FAULTPOINTS=spec)
+        env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+        child = subprocess.run(
+            [sys.executable, "-m", "tests.chaos.attempt", json.dumps(args)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+            check=False,
+        )
+        killed = child.returncode == -9
+        REPORT.count("faults", f"sigkill@{phase}" if killed else f"sigkill@{phase}(not reached)")
+        if not killed and child.returncode != 0:
+            tail = child.stdout.decode(errors="replace").strip().splitlines()[-1:]
+            run.errors.append(f"child try ended {child.returncode}: {tail}")
+            REPORT.samples.setdefault(f"child try ended {child.returncode}", " ".join(tail))
+        REPORT.attempts += 1
+
+    # -- other writers, time -----------------------------------------------------------
+    @precondition(lambda self: _exists(self.table))
+    @rule(dice=DICE)
+    def another_writer(self, dice: int) -> None:
+        """Maintenance by another writer between attempts."""
+        r = self.dice(dice)
+        what = r.choice(["optimize", "vacuum", "checkpoint", "cleanup_log"])
+        tables = [t for t in (self.table, self.jdbc_table, self.drift_table) if _exists(t)]
+        self.maintain(tables[0] if r.random() < 0.6 else r.choice(tables), what)
+
+    def maintain(self, uri: str, what: str) -> None:
+        if not _exists(uri):
+            return
+        table = DeltaTable(uri)
+        if what == "optimize":
+            table.optimize.compact()
+        elif what == "vacuum":
+            table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+        elif what == "checkpoint":
+            table.create_checkpoint()
+        else:
+            table.create_checkpoint()
+            table.cleanup_metadata()
+        REPORT.count("faults", f"writer_{what}")
+
+    @rule(dice=DICE)
+    def two_runs_at_once(self, dice: int) -> None:
+        """Two DAG runs of one offset pipeline planning and loading at the same moment."""
+        r = self.dice(dice)
+        pipe = self.pipes[r.choice([p for p in self.all_pipes if self.pipes[p].boundary == "offsets"])]
+        if pipe.name == "off":
+            for _ in range(r.randrange(1, 4)):
+                self.world.land(pipe.root, r.randrange(1, 5))
+        runs = [self.new_run(pipe), self.new_run(pipe)]
+        REPORT.count("events", "two_runs_at_once")
+        faults = [self.draw_fault(r) for _ in runs]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(lambda i: self.dag_run(runs[i], faults[i]), range(2)))
+
+    @precondition(lambda self: self.short and self.waits < 2)
+    @rule()
+    def wait_past_retention(self) -> None:
+        """Let markers and log entries expire (the trial's table keeps them 3 seconds)."""
+        self.waits += 1
+        time.sleep(3.2)
+        REPORT.count("faults", "markers_expire")
+
+    # -- the end of a trial ----------------------------------------------------------
+    def drain(self) -> list[str]:
+        """Faults stop: clear every failed run, re-freeze what the runbook says to re-freeze,
+        and load until no pipeline has anything left. What still cannot move is wedged."""
+        wedged: list[str] = []
+        for pipe in ("int", "m0", "m1"):
+            p = self.pipes[pipe]
+            for day in range(DAYS):
+                start = BASE + timedelta(days=day)
+                directory = self.day_dir(p, start)
+                covered = any(
+                    r.pipe is p and r.interval and r.interval[0] == start and not r.zero_length
+                    for r in self.runs
+                )
+                if os.path.isdir(directory) and not covered:
+                    self.new_run(p, self.interval_for(day, "daily"))
+        for run in list(self.runs):
+            if run.done:
+                continue
+            if not self._settle(run):
+                wedged.append(f"{run.token} ({run.pipe.pipeline_id}): {run.errors[-1:] or 'no error'}")
+        offsets = [("off", len(self.world.paths) + 3), ("drift", len(self.world.paths) + 3)]
+        if self.pg is not None:
+            offsets.append(("jdbc", self.jdbc_key + 3))
+        for name, bound in offsets:
+            for _ in range(bound):
+                run = self.new_run(self.pipes[name])
+                if not self._settle(run):
+                    wedged.append(f"{run.token} ({run.pipe.pipeline_id}): {run.errors[-1:]}")
+                    break
+                if not self._last_loaded_something:
+                    break
+        return wedged
+
+    _last_loaded_something = False
+
+    def _settle(self, run: Run) -> bool:
+        before = sum(REPORT.outcomes.values()) - REPORT.outcomes["no_new_data"]
+        for _ in range(4):
+            err = self.attempt(run)
+            if err is None:
+                after = sum(REPORT.outcomes.values()) - REPORT.outcomes["no_new_data"]
+                self._last_loaded_something = after > before
+                return True
+            if _documented_refusal(err):
+                run.done = True
+                self._last_loaded_something = False
+                return True
+            if _refrozen_by_runbook(err) and isinstance(err, BatchError):
+                # docs/runbook.md: re-freeze the batch from the input as it is now.
+                REPORT.count("events", "refreeze_by_runbook")
+                fix = self.new_run(run.pipe, run.interval, restate=True, key=_key_of(err))
+                for _ in range(3):
+                    if self.attempt(fix) is None:
+                        break
+        return False
+
+    def teardown(self) -> None:
+        try:
+            os.environ.pop(ENV_VAR, None)
+            if not hasattr(self, "world"):
+                return
+            REPORT.trials += 1
+            wedged = self.drain()
+            verdict = check_tables(self.world, self.table, self.quarantine)
+            check_tables(self.world, self.drift_table, None, "drift", verdict)
+            if self.pg is not None:
+                source_rows = self.pg.rows(f"SELECT id, n, part FROM {self.jdbc_name}")
+                check_jdbc(source_rows, self.jdbc_table, verdict)
+            REPORT.duplicates += len(verdict.duplicates)
+            REPORT.losses += len(verdict.losses)
+            REPORT.wrong_rows += len(verdict.wrong)
+            REPORT.wedged += len(wedged)
+            try:  # TEMP until the audit lands
+                from airflow_eod.core.table_audit import audit_table
+            except ModuleNotFoundError:
+                audit_table = None  # type: ignore[assignment]
+
+            findings: list[str] = []
+            for uri in (self.table, self.quarantine, self.jdbc_table, self.drift_table):
+                if audit_table is not None and os.path.isdir(os.path.join(uri, "_delta_log")):
+                    report = audit_table(uri)
+                    findings += [f"{os.path.basename(uri)}: {f.kind}: {f.message}" for f in report.errors]
+            REPORT.audit_errors += len(findings)
+            problems = (
+                [f"duplicate: {d}" for d in verdict.duplicates]
+                + [f"loss: {d}" for d in verdict.losses]
+                + [f"wrong: {d}" for d in verdict.wrong]
+                + [f"wedged: {w}" for w in wedged]
+                + [f"audit: {f}" for f in findings]
+                + self.problems
+            )
+            assert not problems, "chaos trial broke the guarantee:\n" + "\n".join(problems[:40])
+        finally:
+            if self.pg is not None and hasattr(self, "world"):
+                self.pg.execute(f"DROP TABLE IF EXISTS {self.jdbc_name}")
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _exists(uri: str) -> bool:
+    return os.path.isdir(os.path.join(uri, "_delta_log"))
+
+
+def _interval_key(run: Run) -> str | None:
+    from airflow_eod.core.batch import BatchKey
+
+    if run.interval is None:
+        return None
+    return BatchKey.for_interval(run.pipe.pipeline_id, *run.interval).key

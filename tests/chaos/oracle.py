@@ -1,0 +1,213 @@
+"""The chaos checker: the table against every version of every source file, row by row.
+
+Independent of the write path: it reads the table with delta-rs (and with a second reader
+that replays the log itself, while the log is whole), never the plan log, the markers or the
+manifests. It knows only what the world wrote. Each version of a file is in the table whole
+or not at all; a path that is there at the end holds exactly one of its versions in the
+table (one that was loaded before a rewrite in place stays), a deleted or moved-away path at
+most one, a hidden file none; every row equals the row its version wrote; the rejects of a
+version are in the quarantine table exactly as often as its rows are in the main table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from deltalake import DeltaTable
+
+from airflow_eod.checker import read_rows_by_log
+from tests.chaos.world import COLUMNS, NEVER, OPTIONAL, REQUIRED, PathState, World, extra_value
+
+_BAD_ID = re.compile(r"e\d+b\d+")
+# A component of files linked by moves with more versions than this is not searched whole.
+_MAX_UNITS = 14
+
+
+@dataclass
+class Verdict:
+    """What the checker found; every list holds a line a person can read."""
+
+    rows: int = 0
+    duplicates: list[str] = field(default_factory=list)
+    losses: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.duplicates or self.losses or self.wrong)
+
+
+def _rows(uri: str, columns: list[str]) -> list[tuple[Any, ...]]:
+    if not os.path.isdir(os.path.join(uri, "_delta_log")):
+        return []
+    data = DeltaTable(uri).to_pyarrow_table(columns=columns).to_pylist()
+    return [tuple(r[c] for c in columns) for r in data]
+
+
+def _log_is_whole(uri: str) -> bool:
+    log = os.path.join(uri, "_delta_log")
+    return os.path.isfile(os.path.join(log, f"{0:020d}.json"))
+
+
+def check_tables(
+    world: World, table: str, quarantine: str | None, name: str = "main", verdict: Verdict | None = None
+) -> Verdict:
+    """Compare ``table`` (and ``quarantine``) with the files of ``world`` whose pipelines load
+    into the table called ``name``. A table that gained the column ``x`` (schema drift) must
+    hold the file's value in it, or null for a file without it."""
+    verdict = verdict or Verdict()
+    paths = {p: s for p, s in world.paths.items() if s.table == name}
+    drift = _has_column(table, "x")
+    read = _rows(table, [*COLUMNS, "x"] if drift else COLUMNS)
+    main = [r[:3] for r in read]
+    extras = [r[3] for r in read] if drift else []
+    verdict.rows = len(main)
+    if _log_is_whole(table) and not drift:
+        # A second reader: a path the log encodes wrongly reads differently (or fails) here.
+        second = Counter(read_rows_by_log(table, COLUMNS))
+        if second != Counter(main):
+            verdict.wrong.append("delta-rs and a replay of the log read different rows")
+    counts: Counter[str] = Counter()
+    expected: dict[str, tuple[str, int, str]] = {}
+    entity_rows: dict[int, list[str]] = {}
+    entity_bad: dict[int, list[str]] = {}
+    has_extra: dict[str, bool] = {}
+    for state in paths.values():
+        for v in state.versions:
+            entity_rows.setdefault(v.entity, [r[0] for r in v.rows])
+            entity_bad.setdefault(v.entity, list(v.bad))
+            for r in v.rows:
+                expected[r[0]] = r
+                has_extra[r[0]] = v.extra
+    for i, x in enumerate(extras):
+        rid = main[i][0]
+        want_x = extra_value(rid) if has_extra.get(rid) else None
+        if rid in has_extra and x != want_x:
+            verdict.wrong.append(f"row {rid}: column x is {x!r}, its file wrote {want_x!r}")
+    for row in main:
+        rid = row[0]
+        counts[rid] += 1
+        want = expected.get(rid)
+        if want is None:
+            verdict.wrong.append(f"row {row} was never written by any source file")
+        elif tuple(row) != want:
+            verdict.wrong.append(f"row {row} differs from the row its file wrote, {want}")
+    bad_counts: Counter[str] = Counter()
+    if quarantine is not None:
+        for source_file, raw in _rows(quarantine, ["source_file", "raw_record"]):
+            found = _BAD_ID.search(raw or "")
+            if found is None:
+                verdict.wrong.append(f"quarantine row {raw!r} ({source_file}) was never written")
+                continue
+            bad_counts[found.group(0)] += 1
+
+    # How many copies of each version's rows the table holds (rows of one version must agree).
+    copies: dict[int, int | None] = {}
+    for e, ids in entity_rows.items():
+        seen = [counts[i] for i in ids] + [bad_counts[b] for b in entity_bad[e]]
+        if not seen:
+            copies[e] = None  # an empty file: nothing to tell
+            continue
+        common = Counter(seen).most_common(1)[0][0]
+        copies[e] = common
+        for i in ids:
+            _partial(verdict, f"row {i}", counts[i], common)
+        for b in entity_bad[e]:
+            _partial(verdict, f"rejected record {b} (quarantine)", bad_counts[b], common)
+    _check_paths(list(paths.values()), copies, verdict)
+    return verdict
+
+
+def _has_column(uri: str, column: str) -> bool:
+    if not os.path.isdir(os.path.join(uri, "_delta_log")):
+        return False
+    return column in DeltaTable(uri).schema().to_arrow().names
+
+
+def check_jdbc(source: list[tuple[Any, ...]], table: str, verdict: Verdict) -> None:
+    """The JDBC pipeline's table against the database table: every row once, nothing else."""
+    want, have = Counter(tuple(r) for r in source), Counter(_rows(table, COLUMNS))
+    verdict.rows += sum(have.values())
+    for row, n in (have - want).items():
+        (verdict.duplicates if row in want else verdict.wrong).append(f"jdbc row {row}: {n} extra")
+    for row, n in (want - have).items():
+        verdict.losses.append(f"jdbc row {row}: {n} missing")
+
+
+def _partial(verdict: Verdict, what: str, n: int, common: int) -> None:
+    if n > common:
+        verdict.duplicates.append(f"{what} is there {n} times, the rest of its file {common}")
+    elif n < common:
+        verdict.losses.append(f"{what} is there {n} times, the rest of its file {common}")
+
+
+def _components(states: list[PathState]) -> list[list[PathState]]:
+    """Paths linked by a shared version (a move), each group searched together."""
+    by_entity: dict[int, list[PathState]] = {}
+    for s in states:
+        for v in s.versions:
+            by_entity.setdefault(v.entity, []).append(s)
+    seen: set[str] = set()
+    groups: list[list[PathState]] = []
+    for s in states:
+        if s.path in seen:
+            continue
+        group, todo = [], [s]
+        while todo:
+            cur = todo.pop()
+            if cur.path in seen:
+                continue
+            seen.add(cur.path)
+            group.append(cur)
+            for v in cur.versions:
+                todo.extend(by_entity[v.entity])
+        groups.append(group)
+    return groups
+
+
+def _check_paths(states: list[PathState], copies: dict[int, int | None], verdict: Verdict) -> None:
+    for group in _components(states):
+        units = [(s, v) for s in group for v in s.versions]
+        if len(units) > _MAX_UNITS:
+            units = units[-_MAX_UNITS:]
+        best: tuple[int, list[str], list[str]] | None = None
+        for bits in itertools.product((0, 1), repeat=len(units)):
+            dups: list[str] = []
+            losses: list[str] = []
+            placed: Counter[int] = Counter()
+            per_path: Counter[str] = Counter()
+            for (s, v), b in zip(units, bits, strict=True):
+                if b:
+                    placed[v.entity] += 1
+                    per_path[s.path] += 1
+            for e in {v.entity for _, v in units}:
+                have = copies.get(e)
+                if have is None:
+                    continue
+                said = f"the rows of version e{e} are in the table {have} times, expected {placed[e]}"
+                if have > placed[e]:
+                    dups.append(said)
+                elif have < placed[e]:
+                    losses.append(said)
+            for s in group:
+                n = per_path[s.path]
+                has_rows = any(copies.get(v.entity) is not None for v in s.versions)
+                if s.expect == REQUIRED and n == 0 and has_rows:
+                    losses.append(f"{s.path}: none of its {len(s.versions)} version(s) is in the table")
+                if s.expect in (REQUIRED, OPTIONAL) and n > 1:
+                    dups.append(f"{s.path}: {n} of its versions are in the table")
+                if s.expect == NEVER and n > 0:
+                    dups.append(f"{s.path}: a file that must never load is in the table")
+            score = len(dups) + len(losses)
+            if best is None or score < best[0]:
+                best = (score, dups, losses)
+            if score == 0:
+                break
+        assert best is not None
+        verdict.duplicates.extend(best[1])
+        verdict.losses.extend(best[2])

@@ -1,0 +1,64 @@
+"""Run chaos trials: the pytest tier (``-m chaos``) and ``benchmarks/chaos.py`` both come here."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from tests.chaos.machine import SPARK, ChaosMachine
+from tests.chaos.report import REPORT, ChaosReport
+
+
+def run_chunk(spark: Any, *, trials: int, chunk_seed: int, steps: int, shrink: bool) -> str | None:
+    """``trials`` trials generated from ``chunk_seed``; the failure text, or ``None``."""
+    SPARK["session"] = spark
+    machine = seed(chunk_seed)(type(f"ChaosSeed{chunk_seed}", (ChaosMachine,), {"salt": chunk_seed}))
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    try:
+        run_state_machine_as_test(
+            machine,
+            settings=settings(
+                max_examples=trials,
+                stateful_step_count=steps,
+                deadline=None,
+                database=None,
+                phases=phases,
+                suppress_health_check=list(HealthCheck),
+                print_blob=True,
+            ),
+        )
+    except Exception:
+        return traceback.format_exc()
+    return None
+
+
+def run_trials(
+    spark: Any,
+    *,
+    trials: int,
+    base_seed: int,
+    per_chunk: int = 10,
+    steps: int = 12,
+    shrink: bool = False,
+    say: Callable[[str], None] = print,
+) -> ChaosReport:
+    """``trials`` trials in chunks of ``per_chunk``, chunk ``i`` seeded ``base_seed + i``.
+    A failing chunk is reported with its seed and the next chunk goes on."""
+    done = 0
+    chunk = 0
+    while done < trials:
+        n = min(per_chunk, trials - done)
+        chunk_seed = base_seed + chunk
+        before = REPORT.trials
+        failure = run_chunk(spark, trials=n, chunk_seed=chunk_seed, steps=steps, shrink=shrink)
+        if failure is not None:
+            REPORT.failing_seeds.append(f"{chunk_seed} (replay: --seed {chunk_seed} --trials {n})")
+            say(f"chaos: seed {chunk_seed} FAILED:\n{failure}")
+        say(f"chaos: seed {chunk_seed}: {REPORT.trials - before} trial(s), {'FAILED' if failure else 'ok'}")
+        done += n
+        chunk += 1
+    return REPORT

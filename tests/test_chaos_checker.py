@@ -1,0 +1,131 @@
+"""The chaos checker can fail: tables that break the guarantee on purpose are reported as
+duplicates, losses and wrong rows (no Spark: the tables are written with delta-rs)."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from tests.chaos.oracle import check_jdbc, check_tables
+from tests.chaos.world import OPTIONAL, World
+
+pytestmark = pytest.mark.chaos
+
+
+def _table(uri: str, rows: list[tuple[str, int, str]]) -> None:
+    data = pa.table(
+        {
+            "id": pa.array([r[0] for r in rows], pa.string()),
+            "n": pa.array([r[1] for r in rows], pa.int32()),
+            "part": pa.array([r[2] for r in rows], pa.string()),
+        }
+    )
+    write_deltalake(uri, data, mode="append")
+
+
+@pytest.fixture
+def world(tmp_path: Any) -> World:
+    w = World(str(tmp_path / "landing"), random.Random(7))
+    w.land(str(tmp_path / "landing" / "off"), 3)
+    w.land(str(tmp_path / "landing" / "off"), 2)
+    return w
+
+
+def _all_rows(world: World) -> list[tuple[str, int, str]]:
+    return [r for s in world.paths.values() if s.exists for r in s.versions[-1].rows]
+
+
+def test_the_exact_table_passes(world: World, tmp_path: Any) -> None:
+    table = str(tmp_path / "t")
+    _table(table, _all_rows(world))
+    verdict = check_tables(world, table, None)
+    assert verdict.clean, verdict
+    assert verdict.rows == 5
+
+
+def test_a_row_twice_is_a_duplicate(world: World, tmp_path: Any) -> None:
+    table = str(tmp_path / "t")
+    rows = _all_rows(world)
+    _table(table, [*rows, rows[0]])
+    verdict = check_tables(world, table, None)
+    assert verdict.duplicates and not verdict.losses
+
+
+def test_a_whole_file_twice_is_a_duplicate(world: World, tmp_path: Any) -> None:
+    table = str(tmp_path / "t")
+    first = next(iter(world.paths.values())).versions[0].rows
+    _table(table, [*_all_rows(world), *first])
+    assert check_tables(world, table, None).duplicates
+
+
+def test_a_missing_file_is_a_loss(world: World, tmp_path: Any) -> None:
+    table = str(tmp_path / "t")
+    first = next(iter(world.paths.values())).versions[0].rows
+    _table(table, [r for r in _all_rows(world) if r not in first])
+    verdict = check_tables(world, table, None)
+    assert verdict.losses and not verdict.duplicates
+
+
+def test_part_of_a_file_is_a_loss(world: World, tmp_path: Any) -> None:
+    table = str(tmp_path / "t")
+    _table(table, _all_rows(world)[1:])
+    assert check_tables(world, table, None).losses
+
+
+def test_a_changed_value_and_an_unknown_row_are_wrong_rows(world: World, tmp_path: Any) -> None:
+    table = str(tmp_path / "t")
+    rows = _all_rows(world)
+    rid, n, part = rows[0]
+    _table(table, [(rid, n + 1, part), *rows[1:], ("nobody-wrote-this", 1, "a")])
+    assert len(check_tables(world, table, None).wrong) == 2
+
+
+def test_two_versions_of_a_rewritten_file_are_a_duplicate(world: World, tmp_path: Any) -> None:
+    table = str(tmp_path / "t")
+    state = next(iter(world.paths.values()))
+    world.rewrite(state)
+    while not state.versions[-1].rows:
+        world.rewrite(state)
+    both = [*state.versions[0].rows, *state.versions[-1].rows]
+    others = [r for s in world.paths.values() if s is not state for r in s.versions[-1].rows]
+    _table(table, both + others)
+    assert check_tables(world, table, None).duplicates
+    # Either version alone is fine: one loaded before the rewrite in place stays.
+    other = str(tmp_path / "t2")
+    _table(other, [*state.versions[0].rows, *others])
+    assert check_tables(world, other, None).clean
+
+
+def test_a_moved_file_loads_again_and_its_old_path_may_stay(world: World, tmp_path: Any) -> None:
+    state = next(iter(world.paths.values()))
+    moved = world.move(state)
+    rows = [r for s in world.paths.values() if s.exists for r in s.versions[-1].rows]
+    once, twice = str(tmp_path / "once"), str(tmp_path / "twice")
+    _table(once, rows)
+    _table(twice, [*rows, *moved.versions[0].rows])
+    assert check_tables(world, once, None).clean
+    assert check_tables(world, twice, None).clean  # the old path loaded before the move
+    thrice = str(tmp_path / "thrice")
+    _table(thrice, [*rows, *moved.versions[0].rows, *moved.versions[0].rows])
+    assert check_tables(world, thrice, None).duplicates
+
+
+def test_a_late_file_may_be_absent_but_a_due_one_may_not(world: World, tmp_path: Any) -> None:
+    late = world.land(os.path.join(world.root, "off"), 2, expect=OPTIONAL)
+    table = str(tmp_path / "t")
+    _table(table, [r for r in _all_rows(world) if r not in late.versions[0].rows])
+    assert check_tables(world, table, None).clean
+
+
+def test_the_jdbc_check_finds_extra_and_missing_rows(tmp_path: Any) -> None:
+    table = str(tmp_path / "j")
+    source = [("j1", 1, "a"), ("j2", 2, "b"), ("j3", 3, "c")]
+    _table(table, [source[0], source[0], source[1]])
+    verdict = check_tables(World(str(tmp_path), random.Random(1)), str(tmp_path / "none"), None)
+    check_jdbc(source, table, verdict)
+    assert len(verdict.duplicates) == 1 and len(verdict.losses) == 1
