@@ -2,19 +2,26 @@
 
 ``airflow-eod status TABLE`` lists, per pipeline, the committed batches with their
 generation, table version and rows. ``airflow-eod check TABLE --pipeline P --batch K``
-exits 0 when the batch is committed and 1 when it is not. Both exit 2, with the reason on
-stderr, when TABLE holds no Delta table: a mistyped path is not an answer about a table.
+exits 0 when the batch is committed and 1 when it is not. ``airflow-eod verify TABLE``
+audits the table against the guarantee without trusting its writers
+(:mod:`airflow_eod.core.table_audit`) and exits 1 when it finds an error. All exit 2, with
+the reason on stderr, when TABLE holds no Delta table: a mistyped path is not an answer
+about a table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from datetime import timedelta
 
 from airflow_eod.core.ask import ask_table, open_table
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.durations import parse_interval
 from airflow_eod.core.errors import EodError
+from airflow_eod.core.table_audit import AuditReport, audit_table
 from airflow_eod.core.table_status import table_status
 
 NO_TABLE = 2
@@ -86,6 +93,66 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if status.committed else 1
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def _duration(text: str) -> timedelta:
+    """``90m``, ``36h``, ``2d``, ``1w`` (or a Delta interval such as ``interval 2 days``)."""
+    m = _DURATION.match(text)
+    if m:
+        return timedelta(**{_UNIT[m.group(2)]: float(m.group(1))})
+    try:
+        return parse_interval(text)
+    except EodError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 90m, 36h or 2d") from None
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1], such as 0.8")
+    return value
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _print_report(report: AuditReport) -> None:
+    checked = f"{report.checked_at:%Y-%m-%d %H:%M:%S %Z}"
+    print(f"{report.table_uri} at version {report.table_version} (checked {checked})")
+    for b in report.batches:
+        print(
+            f"  {b.pipeline_id}/{b.batch_key}  generation={b.generation}  table_version={b.table_version}  "
+            f"rows={b.recorded_rows} recorded, {b.live_rows} live in {b.live_files} file(s)"
+        )
+    for title, findings in (("errors", report.errors), ("warnings", report.warnings)):
+        if findings:
+            print(f"{title}:")
+            for f in findings:
+                print(f"  [{f.kind}] {f.message}")
+    errors, warnings = len(report.errors), len(report.warnings)
+    print(
+        f"verify: {len(report.batches)} batch{'' if len(report.batches) == 1 else 'es'}, "
+        f"{_plural(errors, 'error')}, {_plural(warnings, 'warning')}"
+    )
+
+
+def _verify(args: argparse.Namespace) -> int:
+    if open_table(args.table) is None:
+        return _no_table(args.table)
+    report = audit_table(args.table, stuck_after=args.stuck_after, expiry_warning=args.expiry_warning)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        _print_report(report)
+    return 1 if report.errors or (args.strict and report.warnings) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="airflow-eod", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +168,29 @@ def main(argv: list[str] | None = None) -> int:
     p_check.add_argument("--batch", required=True)
     p_check.add_argument("--generation", type=int, default=0)
     p_check.set_defaults(func=_check)
+    p_verify = sub.add_parser(
+        "verify",
+        help="audit the table against the exactly-once guarantee: exit 0 if it holds, 1 on errors "
+        "(or warnings with --strict), 2 if there is no table",
+    )
+    p_verify.add_argument("table")
+    p_verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    p_verify.add_argument(
+        "--stuck-after",
+        type=_duration,
+        default=timedelta(days=1),
+        metavar="DURATION",
+        help="report plans not committed this long after planning (default 1d; e.g. 90m, 36h, 2d)",
+    )
+    p_verify.add_argument(
+        "--expiry-warning",
+        type=_fraction,
+        default=0.8,
+        metavar="FRACTION",
+        help="report markers and plans older than this fraction of the retention window (default 0.8)",
+    )
+    p_verify.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    p_verify.set_defaults(func=_verify)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

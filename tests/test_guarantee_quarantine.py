@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 from airflow_eod.checker import compare_rows, read_delta_rows, read_landing_rows
 from airflow_eod.core.ask import ask, open_table
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
-from airflow_eod.core.faults import POINTS, InjectedFault
+from airflow_eod.core.faults import JOB_POINTS, InjectedFault
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.restatement import plan_restatement
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
@@ -256,7 +256,7 @@ def test_the_main_commit_carries_the_outbox(spark: Any, landing: str, table: str
 
 
 @pytest.mark.faults
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("point", JOB_POINTS)
 def test_a_restatement_that_crashes_at_a_boundary_keeps_both_tables_on_one_generation(
     spark: Any, tmp_path: Any, table: str, point: str
 ) -> None:

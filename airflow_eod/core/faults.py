@@ -28,6 +28,9 @@ POINTS = (
     "after_commit",
     "in_cleanup",
 )
+# The points a load job passes through. ``after_plan`` fires in the operator's freeze step and
+# ``in_cleanup`` in its settle step, so a test that runs the job alone never reaches them.
+JOB_POINTS = tuple(p for p in POINTS if p not in ("after_plan", "in_cleanup"))
 
 
 class InjectedFault(BaseException):

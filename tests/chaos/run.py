@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.chaos.machine import SPARK, ChaosMachine
+from tests.chaos.machine import RACES, SPARK, ChaosMachine
 from tests.chaos.report import REPORT, ChaosReport
 
 
@@ -18,6 +19,10 @@ def run_chunk(spark: Any, *, trials: int, chunk_seed: int, steps: int, shrink: b
     SPARK["session"] = spark
     machine = seed(chunk_seed)(type(f"ChaosSeed{chunk_seed}", (ChaosMachine,), {"salt": chunk_seed}))
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    logger = logging.getLogger("airflow_eod")
+    level = logger.level
+    logger.addHandler(RACES)
+    logger.setLevel(logging.INFO)  # the loser's "lost a race" line is logged at INFO
     try:
         run_state_machine_as_test(
             machine,
@@ -33,6 +38,9 @@ def run_chunk(spark: Any, *, trials: int, chunk_seed: int, steps: int, shrink: b
         )
     except Exception:
         return traceback.format_exc()
+    finally:
+        logger.removeHandler(RACES)
+        logger.setLevel(level)
     return None
 
 

@@ -1,0 +1,411 @@
+"""The audit behind ``airflow-eod verify``: does a table keep the exactly-once guarantee?
+
+It trusts no writer, airflow-eod included: it neither asks (:mod:`airflow_eod.core.ask`) nor
+judges commit records the way the load path does. It reads the facts itself
+(:mod:`airflow_eod.core.table_facts`: the live files and their statistics, the ``txn``
+markers and the commits still in ``_delta_log/``, the commit records and plans in the plan
+log) and reports where they break the guarantee, as :class:`Finding` objects of the fixed
+kinds in :data:`SAYS` (errors: the guarantee is broken, or will be; warnings: worth a look).
+docs/reference.md says what each kind means, docs/runbook.md what to do about it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from deltalake import DeltaTable
+
+from airflow_eod.core.ask import open_table
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.durations import parse_interval
+from airflow_eod.core.errors import UnsupportedTableError
+from airflow_eod.core.retention import RETENTION_KEY, safety_margin
+from airflow_eod.core.table_facts import (
+    file_rows,
+    read_live_files,
+    read_log_facts,
+    read_plan_log_facts,
+    same_bytes,
+)
+from airflow_eod.core.table_layout import DATA_DIR, local_path
+
+ERROR, WARNING = "error", "warning"
+# Every kind of finding, what it says (the message, after "batch <pipeline>/<key>: " when it
+# concerns one batch), and its severity.
+SAYS: dict[str, tuple[str, str]] = {
+    "file_outside_batch": (ERROR, "live file {file} ({rows} rows) is under eod_data/, but no "
+        "committed batch generation lists it (a zombie attempt's file, or a copy): its rows are extra"),
+    "stale_generation_live": (ERROR, "live file {file} ({rows} rows) is of a generation older than "
+        "the committed generation {gen}, so rows of the batch are visible twice; restate the batch"),
+    "file_in_two_batches": (ERROR, "live file {file} is listed by the commit records of {batches}"),
+    "duplicate_file_content": (ERROR, "{n} live files hold the same bytes ({rows} rows each), so those "
+        "rows are visible {n} times: {who}"),
+    "row_count_mismatch": (ERROR, "generation {gen}: its commit record says {rows} rows, but its "
+        "{files} live file(s) hold {live}"),
+    "row_total_mismatch": (ERROR, "the table holds {total} live rows, but its {batches} committed "
+        "batches recorded {recorded} and other writers' files hold {others}: {diff} rows {more} than "
+        "accounted for (the other findings say where, if they explain it)"),
+    "batch_file_not_live": (ERROR, "generation {gen}: {n} of its {files} file(s) are not live (e.g. "
+        "{file}, removed by {by}): {rows} of its {recorded} rows left the table with them, unless that "
+        "commit rewrote them into other files (a DELETE, UPDATE or MERGE)"),
+    "missing_data_file": (ERROR, "live file {file} ({role}) is missing on disk: every read of the "
+        "table fails"),
+    "corrupt_record": (ERROR, "commit record {record} {why}; the table is the truth"),
+    "record_without_marker_commit": (ERROR, "commit record {record} says generation {gen} landed at "
+        "table version {version}, but that commit carries {found}"),
+    "marker_without_record": (ERROR, "its marker (generation {gen}) is {age}, and there is no commit "
+        "record of that generation: once the marker expires the batch can load again; run "
+        "`airflow-eod check` on it now, which writes the record"),
+    "corrupt_plan_log_entry": (ERROR, "{error}"),
+    "record_missing": (WARNING, "the table's marker says generation {gen} is committed, but there is "
+        "no commit record of it (its committer died after the commit); `airflow-eod check` on the "
+        "batch writes it"),
+    "foreign_file": (WARNING, "live file {file} ({rows} rows) belongs to no batch: another writer's "
+        "data, which is allowed (its rows count as theirs)"),
+    "compacted_file": (WARNING, "commit {version} (another writer's OPTIMIZE, dataChange=false) "
+        "rewrote files into {n} live file(s), e.g. {file}: the batches whose files it replaced "
+        "cannot be counted one by one"),
+    "batch_file_compacted": (WARNING, "generation {gen}: {n} of its {files} file(s) were rewritten by "
+        "another writer's OPTIMIZE (commit {version}): its row count cannot be checked, and it "
+        "cannot be restated"),
+    "stuck_plan": (WARNING, "generation {gen} was planned {age} ago ({at}) and never committed"),
+    "marker_near_expiry": (WARNING, "its marker (generation {gen}) is {age}; its commit record "
+        "answers once it expires"),
+    "plan_near_expiry": (WARNING, "generation {gen} was planned {age} ago ({at}) and never committed; "
+        "the table's retention window is {window} ({key}), so loading it {tense} refused with "
+        "RetentionWindowError: restate it on purpose"),
+    "rows_unknown": (WARNING, "the table-wide row count was not reconciled: the rows of {what} are unknown"),
+}  # fmt: skip
+# The runbook section for each kind ("`airflow-eod verify` reports ..." for the others).
+_SECTION = {
+    **dict.fromkeys(
+        ["file_in_two_batches", "corrupt_record", "record_without_marker_commit"], "a corrupt commit record"
+    ),
+    "corrupt_plan_log_entry": "plan-log entry ... is corrupt / fails its checksum",
+    "stuck_plan": "A batch is stuck (planned, never committed)",
+    "plan_near_expiry": "older than the table's transaction-retention window",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing the audit found.
+
+    :param severity: ``error`` (the guarantee is broken, or will be) or ``warning``.
+    :param kind: a stable slug, a key of :data:`SAYS`.
+    :param pipeline_id: the pipeline it concerns, if one.
+    :param batch_key: the batch it concerns, if one.
+    :param message: what was found and where the runbook says what to do.
+    :param paths: the files it names, relative to the table root.
+    """
+
+    severity: str
+    kind: str
+    pipeline_id: str | None
+    batch_key: str | None
+    message: str
+    paths: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BatchSummary:
+    """One committed batch as the audit counted it (``None``: not known)."""
+
+    pipeline_id: str
+    batch_key: str
+    generation: int
+    table_version: int | None
+    recorded_rows: int | None
+    live_rows: int | None
+    live_files: int
+
+
+@dataclass
+class AuditReport:
+    """What :func:`audit_table` found in one table at one version."""
+
+    table_uri: str
+    table_version: int
+    checked_at: datetime
+    batches: list[BatchSummary] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == WARNING]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
+        body = asdict(self)
+        body.update(checked_at=self.checked_at.isoformat(), ok=self.ok)
+        return body
+
+
+@dataclass
+class _Batch:
+    key: BatchKey
+    records: dict[int, dict[str, Any]] = field(default_factory=dict)  # generation -> record body
+    where: dict[int, str] = field(default_factory=dict)  # generation -> the record's path
+    marker: int | None = None
+    marker_ms: int | None = None
+    generation: int | None = None  # committed, as the audit reads it
+    version: int | None = None
+    rows: int | None = None
+    files: list[str] = field(default_factory=list)
+    old_files: set[str] = field(default_factory=set)  # listed by records of other generations
+
+
+def _age(span: timedelta) -> str:
+    days = span.total_seconds() / 86400
+    return f"{days:.1f} days" if days >= 2 else f"{days * 24:.1f} hours"
+
+
+class _Audit:
+    def __init__(self, path: str, now: datetime, stuck_after: timedelta, expiry_warning: float) -> None:
+        self.path, self.now, self.stuck_after, self.expiry_warning = path, now, stuck_after, expiry_warning
+        self.findings: list[Finding] = []
+        dt = DeltaTable(path)
+        self.version, self.table_id = dt.version(), str(dt.metadata().id)
+        retention = (dt.metadata().configuration or {}).get(RETENTION_KEY)
+        self.window = parse_interval(retention) if retention else None
+        self.live = read_live_files(path, dt)
+        self.rows = {p: f.rows for p, f in self.live.items()}
+        self.log = read_log_facts(path, self.version)
+        facts = read_plan_log_facts(path, self.table_id)
+        self.plans = facts.plans
+        for where, error in facts.unreadable:
+            self.add("corrupt_plan_log_entry", None, [where], error=error)
+        self.batches: dict[BatchKey, _Batch] = {}
+        for batch, gens in facts.records.items():
+            for gen, (where, body) in gens.items():
+                self._take_record(batch, gen, where, body)
+        for app_id, (gen, ms) in self.log.markers.items():
+            if (key := BatchKey.from_app_id(app_id)) is not None:
+                self.batch(key).marker, self.batch(key).marker_ms = gen, ms
+        self.role: dict[str, str] = {}  # live file -> whose it is, for messages
+
+    def add(self, kind: str, batch: BatchKey | None, paths: list[str] | None = None, **say: Any) -> None:
+        severity, text = SAYS[kind]
+        where = _SECTION.get(kind, "`airflow-eod verify` reports ...")
+        about = f"batch {batch.label}: " if batch else ""
+        message = f"{about}{text.format(**say)}; see docs/runbook.md, '{where}'"
+        pipeline, key = (batch.pipeline_id, batch.key) if batch else (None, None)
+        self.findings.append(Finding(severity, kind, pipeline, key, message, sorted(paths or [])))
+
+    def batch(self, key: BatchKey) -> _Batch:
+        return self.batches.setdefault(key, _Batch(key))
+
+    def committed(self) -> list[_Batch]:
+        found = [b for b in self.batches.values() if b.generation is not None]
+        return sorted(found, key=lambda b: b.key.label)
+
+    def _take_record(self, batch: BatchKey, gen: int, where: str, body: dict[str, Any]) -> None:
+        if body["table_version"] > self.version:
+            why = f"says generation {gen} landed at version {body['table_version']}, past the table's"
+            self.add("corrupt_record", batch, [where], record=where, why=f"{why} {self.version}")
+        else:
+            self.batch(batch).records[gen], self.batch(batch).where[gen] = body, where
+
+    # -- which generation each batch holds, and its files ------------------------------
+    def resolve(self) -> None:
+        for b in self.batches.values():
+            newest = max(b.records, default=None)
+            if newest is not None:
+                self._check_record(b, newest)
+            b.generation = b.marker if b.marker is not None else newest  # the table is the truth
+            if b.generation is None:
+                continue
+            b.old_files = {f for g, body in b.records.items() if g != b.generation for f in body["files"]}
+            record, landed = b.records.get(b.generation), self.log.landed.get((b.key.app_id, b.generation))
+            if record is not None:
+                b.version, b.files = record["table_version"], record["files"]
+                b.rows = record["manifest"].get("rows")
+            elif landed is not None:
+                b.version, b.rows, b.files = landed
+            else:  # no record, and its commit left the log: its directory is all there is to go on
+                prefix = f"{DATA_DIR}/{b.key.pipeline_id}/{b.key.key}/g{b.generation}-"
+                b.files = sorted(p for p in self.live if p.startswith(prefix))
+            if not self._marker_expiring(b) and record is None:
+                self.add("record_missing", b.key, gen=b.generation)
+
+    def _check_record(self, b: _Batch, gen: int) -> None:
+        where, version = b.where[gen], int(b.records[gen]["table_version"])
+        carried = self.log.commits.get(version)
+        # Only commits past the checkpoint are the table's word (see table_facts.read_log_facts).
+        if carried is not None and version > self.log.checkpoint and (b.key.app_id, gen) not in carried:
+            found = [g for a, g in carried if a == b.key.app_id]
+            say = {"record": where, "gen": gen, "version": version}
+            said = f"marker generation(s) {found}" if found else "no marker of the batch"
+            self.add("record_without_marker_commit", b.key, [where], found=said, **say)
+        if b.marker is not None and b.marker < gen:
+            why = f"is of generation {gen}, but the table's marker is at generation {b.marker}"
+            self.add("corrupt_record", b.key, [where], record=where, why=why)
+
+    def _marker_expiring(self, b: _Batch) -> bool:
+        """Report a marker older than ``expiry_warning`` of the window; True if it is."""
+        if self.window is None or b.marker_ms is None or b.marker is None:
+            return False
+        age = self.now - datetime.fromtimestamp(b.marker_ms / 1000, UTC)
+        if age <= self.window * self.expiry_warning:
+            return False
+        old = f"{_age(age)} old, {age / self.window:.0%} of the table's {RETENTION_KEY} ({_age(self.window)})"
+        kind = "marker_near_expiry" if b.marker in b.records else "marker_without_record"
+        self.add(kind, b.key, gen=b.marker, age=old)
+        return True
+
+    # -- the files -------------------------------------------------------------------
+    def check_files(self) -> None:
+        owners: dict[str, list[_Batch]] = {}
+        for b in self.committed():
+            for f in b.files:
+                owners.setdefault(f, []).append(b)
+                self.role[f] = f"batch {b.key.label} generation {b.generation}"
+        for f, bs in sorted(owners.items()):
+            if len(bs) > 1 and f in self.live:
+                names = " and ".join(b.key.label for b in bs)
+                self.add("file_in_two_batches", bs[0].key, [f], file=f, batches=names)
+        replaced = {f: b for b in self.committed() for f in b.old_files}
+        optimized: dict[int, list[str]] = {}
+        for f in sorted(self.live):
+            key, attempt = self.live[f].batch, self.live[f].generation
+            if not self.live[f].on_disk:
+                self.add("missing_data_file", key, [f], file=f, role=self.role.get(f, "of no batch"))
+            if f in owners:
+                continue
+            # A file an older record lists, or in an older generation's attempt directory.
+            owner = replaced.get(f) or (self.batches.get(key) if key else None)
+            gen = owner.generation if owner else None
+            older = attempt is not None and gen is not None and attempt < gen
+            if owner and gen is not None and (f in owner.old_files or older):
+                self.role[f] = f"a replaced generation of batch {owner.key.label}"
+                self.add("stale_generation_live", owner.key, [f], file=f, rows=self.rows[f], gen=gen)
+            elif f.startswith(f"{DATA_DIR}/"):
+                self.role[f] = "of no committed batch"
+                self.add("file_outside_batch", key, [f], file=f, rows=self.rows[f])
+            elif f in self.log.adds and not self.log.adds[f][1]:
+                self.role[f] = f"OPTIMIZE output of commit {self.log.adds[f][0]}"
+                optimized.setdefault(self.log.adds[f][0], []).append(f)
+            else:
+                self.role[f] = "another writer's file"
+                self.add("foreign_file", None, [f], file=f, rows=self.rows[f])
+        for v, files in sorted(optimized.items()):
+            self.add("compacted_file", None, files, version=v, n=len(files), file=files[0])
+
+    def check_batches(self) -> list[BatchSummary]:
+        out = []
+        for b in self.committed():
+            assert b.generation is not None
+            live = [f for f in b.files if f in self.live]
+            known = [self.rows[f] for f in live]
+            live_rows = None if None in known else sum(r or 0 for r in known)
+            key, gen = b.key, b.generation
+            out.append(BatchSummary(key.pipeline_id, key.key, gen, b.version, b.rows, live_rows, len(live)))
+            gone = [f for f in b.files if f not in self.live]
+            # A file an OPTIMIZE rewrote (dataChange=false) moved its rows; any other removal lost them.
+            compacted = [f for f in gone if f in self.log.removes and not self.log.removes[f][1]]
+            lost = [f for f in gone if f not in compacted]
+            say: dict[str, Any] = {"gen": gen, "files": len(b.files)}
+            if lost:
+                rows = [self.log.adds[f][2] if f in self.log.adds else None for f in lost]
+                removed = self.log.removes.get(lost[0])
+                by = "a commit no longer in the log"
+                if removed:
+                    by = f"commit {removed[0]} ({self.log.operations.get(removed[0], 'no commitInfo')})"
+                count = f"{sum(r or 0 for r in rows)}{'+' if None in rows else ''}"
+                say.update(n=len(lost), file=lost[0], by=by, rows=count, recorded=b.rows)
+                self.add("batch_file_not_live", key, lost, **say)
+            if compacted:
+                say.update(n=len(compacted), version=self.log.removes[compacted[0]][0])
+                self.add("batch_file_compacted", key, compacted, **say)
+            elif not lost and b.rows is not None and live_rows is not None and live_rows != b.rows:
+                say.update(rows=b.rows, files=len(live), live=live_rows)
+                self.add("row_count_mismatch", key, live, **say)
+        return out
+
+    def check_duplicates(self) -> None:
+        for same in same_bytes(self.path, list(self.live.values())):
+            who = "; ".join(f"{f} ({self.role.get(f, 'of no batch')})" for f in same)
+            batch = next((b.key for b in self.committed() if set(same) & set(b.files)), None)
+            self.add("duplicate_file_content", batch, same, n=len(same), rows=self.rows[same[0]], who=who)
+
+    def check_total(self) -> None:
+        committed = self.committed()
+        carrier = {f for b in committed for f in b.files}  # the files that hold batch rows
+        ours = {v for v, txns in self.log.commits.items() if any(BatchKey.from_app_id(a) for a, _ in txns)}
+        folded: list[int | None] = []
+        # Another writer's commit that rewrote files holding batch rows (OPTIMIZE, DELETE,
+        # MERGE, or a rewrite of such a rewrite) holds their rows in its output, in place of
+        # its inputs: only the other writers' rows it folded in count as theirs.
+        for v, (added, removed) in sorted(self.log.changes.items()):
+            if v not in ours and carrier & set(removed):
+                carrier.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
+                theirs = [f for f in removed if f not in carrier and not f.startswith(f"{DATA_DIR}/")]
+                folded += [file_rows(self.path, f, self.log.adds.get(f, (0, True, None))[2]) for f in theirs]
+        others = [self.rows[f] for f in self.live if f not in carrier and not f.startswith(f"{DATA_DIR}/")]
+        unknown = [b.key.label for b in committed if b.rows is None]
+        if None in self.rows.values() or None in folded or None in others or unknown:
+            what = ", ".join(unknown) or "a file with neither statistics nor a footer"
+            self.add("rows_unknown", None, what=what)
+            return
+        total = sum(r or 0 for r in self.rows.values())
+        recorded = sum(b.rows or 0 for b in committed)
+        other = sum(r or 0 for r in others + folded)
+        say: dict[str, Any] = dict(total=total, batches=len(committed), recorded=recorded, others=other)
+        if diff := total - recorded - other:
+            self.add("row_total_mismatch", None, diff=abs(diff), more=("fewer", "more")[diff > 0], **say)
+
+    # -- plans over time ---------------------------------------------------------------
+    def check_plans(self) -> None:
+        for key, plan in sorted(self.plans.items(), key=lambda kv: kv[0].label):
+            b = self.batches.get(key)
+            if (b and b.generation is not None and b.generation >= plan.generation) or not plan.planned_at:
+                continue
+            age = self.now - datetime.fromisoformat(plan.planned_at)
+            say: dict[str, Any] = {"gen": plan.generation, "age": _age(age), "at": plan.planned_at}
+            if age > self.stuck_after:
+                self.add("stuck_plan", key, **say)
+            if self.window is not None and age > self.window * self.expiry_warning:
+                tense = "is" if age > self.window - safety_margin(self.window) else "will be"
+                say.update(window=_age(self.window), key=RETENTION_KEY, tense=tense)
+                self.add("plan_near_expiry", key, **say)
+
+
+def audit_table(
+    table_uri: str,
+    *,
+    stuck_after: timedelta = timedelta(days=1),
+    expiry_warning: float = 0.8,
+    now: datetime | None = None,
+) -> AuditReport:
+    """Audit the table at ``table_uri`` against the guarantee, trusting none of its writers.
+
+    :param table_uri: the Delta table (a local path or ``file://`` URI).
+    :param stuck_after: a plan not committed this long after it was planned is reported.
+    :param expiry_warning: the fraction of ``delta.setTransactionRetentionDuration`` past
+        which markers and uncommitted plans are reported.
+    :param now: the time ages are measured at (default: now; a naive value is taken as UTC).
+    :raises UnsupportedTableError: when there is no Delta table at ``table_uri``.
+    """
+    path = local_path(table_uri)
+    if open_table(path) is None:
+        raise UnsupportedTableError(f"there is no Delta table at {path} (no _delta_log with a commit)")
+    now = now or datetime.now(UTC)
+    now = now if now.tzinfo else now.replace(tzinfo=UTC)
+    audit = _Audit(path, now, stuck_after, expiry_warning)
+    audit.resolve()
+    audit.check_files()
+    batches = audit.check_batches()
+    audit.check_duplicates()
+    audit.check_total()
+    audit.check_plans()
+    return AuditReport(path, audit.version, now, batches, audit.findings)

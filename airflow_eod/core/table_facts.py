@@ -1,0 +1,286 @@
+"""What a table's log and plan log hold, read without trusting any writer's summary of it.
+
+:mod:`airflow_eod.core.table_audit` judges these facts; this module only reads them, and
+reads all of them (an audit is not the hot path): the live files with their statistics as
+delta-rs reports them, every JSON commit still in ``_delta_log/`` (adds with their
+``dataChange`` and row counts, removes, ``txn`` markers, manifests), the markers of the
+newest checkpoint, and every commit record and plan in the plan log. Unlike the ask
+(:mod:`airflow_eod.core.ask`) it neither repairs nor judges anything. It opens a data file
+only for the Parquet footer of a file without statistics and, in :func:`same_bytes`, for the
+bytes of files the audit suspects to be copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.errors import EodError
+from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.table_layout import DATA_DIR, META_DIR
+
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
+_PLAN = re.compile(r"^(.+?)(?:\.g(\d+))?\.json$")
+_ATTEMPT = re.compile(r"^g(\d+)-")  # an attempt directory: g<generation>-<attempt>
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """A file of the table's snapshot.
+
+    :param path: the table-relative path as on disk (decoded from the log's URI form).
+    :param rows: ``numRecords`` from its statistics, else from its footer (``None``: unknown).
+    :param on_disk: whether the file exists.
+    :param looks: what two copies of one file share (size, rows, min/max, partition).
+    :param batch: the batch whose directory (``eod_data/<pipeline>/<key>/``) holds it, if any.
+    :param generation: the generation of the attempt directory (``g<N>-<attempt>``) holding it.
+    """
+
+    path: str
+    rows: int | None
+    on_disk: bool
+    looks: tuple[Any, ...]
+    batch: BatchKey | None = None
+    generation: int | None = None
+
+
+def _place(rel: str) -> tuple[BatchKey | None, int | None]:
+    parts = rel.split("/")
+    if len(parts) < 4 or parts[0] != DATA_DIR:
+        return None, None
+    try:
+        batch = BatchKey(parts[1], parts[2])
+    except EodError:
+        return None, None
+    attempt = _ATTEMPT.match(parts[3]) if len(parts) > 4 else None
+    return batch, int(attempt[1]) if attempt else None
+
+
+def local_file(table_path: str, rel: str) -> str:
+    """Where the table's file ``rel`` (relative, absolute or a ``file:`` URI) is on disk."""
+    if rel.startswith("file:"):
+        return unquote(urlparse(rel).path)
+    return rel if os.path.isabs(rel) else os.path.join(table_path, rel)
+
+
+def file_rows(table_path: str, rel: str, stats_rows: int | None) -> int | None:
+    """``stats_rows``, or the row count in the file's footer (``None``: unreadable)."""
+    if stats_rows is not None:
+        return int(stats_rows)
+    try:  # no statistics: the footer says, without reading the data
+        return int(pq.ParquetFile(local_file(table_path, rel)).metadata.num_rows)
+    except (OSError, ValueError):  # gone, or not Parquet (pyarrow's ArrowInvalid is a ValueError)
+        return None
+
+
+def read_live_files(table_path: str, table: DeltaTable) -> dict[str, LiveFile]:
+    """The live files of ``table``'s snapshot, by decoded path."""
+    out = {}
+    for a in pa.table(table.get_add_actions(flatten=False)).to_pylist():
+        rel = unquote(a["path"])
+        rows = file_rows(table_path, rel, a.get("num_records"))
+        part = a.get("partition") or a.get("partition_values")
+        looks = tuple(json.dumps(v, sort_keys=True, default=str) for v in (a.get("min"), a.get("max"), part))
+        on_disk = os.path.exists(local_file(table_path, rel))
+        out[rel] = LiveFile(rel, rows, on_disk, (a["size_bytes"], rows, *looks), *_place(rel))
+    return out
+
+
+def same_bytes(table_path: str, files: list[LiveFile]) -> list[list[str]]:
+    """Groups of two or more of ``files`` whose bytes are equal. Only files that look alike
+    (:attr:`LiveFile.looks`) are read, so a table without copies costs no read at all."""
+    alike: dict[tuple[Any, ...], list[str]] = {}
+    for f in files:
+        if f.on_disk:
+            alike.setdefault(f.looks, []).append(f.path)
+    out = []
+    for candidates in (c for c in alike.values() if len(c) > 1):
+        by_hash: dict[str, list[str]] = {}
+        for rel in candidates:
+            try:
+                with open(local_file(table_path, rel), "rb") as fh:
+                    by_hash.setdefault(hashlib.file_digest(fh, "sha256").hexdigest(), []).append(rel)
+            except OSError:
+                continue  # removed meanwhile: reported as missing, not as a copy
+        out += [sorted(same) for same in by_hash.values() if len(same) > 1]
+    return out
+
+
+@dataclass
+class LogFacts:
+    """The newest checkpoint's markers and what the JSON commits up to a version hold.
+
+    :param checkpoint: the version of the newest complete checkpoint (``-1``: none).
+    :param adds: decoded path -> (version, dataChange, numRecords) of its newest add.
+    :param removes: decoded path -> (version, dataChange) of its newest remove.
+    :param markers: appId -> (version, lastUpdated in ms) of the live ``txn`` markers.
+    :param commits: version -> the (appId, version) markers that commit set.
+    :param landed: (appId, version) -> (commit version, manifest rows, files it added).
+    :param operations: version -> the commit's ``commitInfo.operation`` (``WRITE``, ``DELETE``...).
+    :param changes: version -> (the files it added, the files it removed).
+    """
+
+    checkpoint: int = -1
+    adds: dict[str, tuple[int, bool, int | None]] = field(default_factory=dict)
+    removes: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    markers: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    commits: dict[int, set[tuple[str, int]]] = field(default_factory=dict)
+    landed: dict[tuple[str, int], tuple[int, int | None, list[str]]] = field(default_factory=dict)
+    operations: dict[int, str] = field(default_factory=dict)
+    changes: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
+
+
+def _parts(name: str) -> int:
+    m = _CHECKPOINT.match(name)
+    return int(m.group(3)) if m and m.group(3) else 1
+
+
+def _checkpoint_markers(log_dir: str, names: list[str], version: int, out: LogFacts) -> None:
+    parts: dict[int, list[str]] = {}
+    for n in names:
+        if (m := _CHECKPOINT.match(n)) and int(m.group(1)) <= version:
+            parts.setdefault(int(m.group(1)), []).append(n)
+    # A multi-part checkpoint counts only with every part written (its writer may have died).
+    complete = [v for v, ns in parts.items() if len(ns) == _parts(ns[0])]
+    if not complete:
+        return
+    out.checkpoint = max(complete)
+    for n in parts[out.checkpoint]:
+        for t in pq.read_table(os.path.join(log_dir, n), columns=["txn"]).column("txn").to_pylist():
+            if t:
+                out.markers[t["appId"]] = (int(t["version"]), t.get("lastUpdated"))
+
+
+def read_log_facts(table_path: str, version: int) -> LogFacts:
+    """The facts of the table at ``table_path`` up to ``version`` (later commits are ignored,
+    so that they agree with a snapshot read at ``version``).
+
+    :param table_path: the table's local path.
+    :param version: the table version the audit reads.
+    """
+    log_dir, out = os.path.join(table_path, "_delta_log"), LogFacts()
+    names = os.listdir(log_dir)
+    _checkpoint_markers(log_dir, names, version, out)
+    for v in sorted(int(n[:20]) for n in names if _COMMIT.match(n) and int(n[:20]) <= version):
+        with open(os.path.join(log_dir, f"{v:020d}.json")) as fh:
+            actions = [json.loads(line) for line in fh if line.strip()]
+        adds: list[str] = []
+        removes: list[str] = []
+        txns: set[tuple[str, int]] = set()
+        manifest = None
+        for a in actions:
+            if "add" in a:
+                # Paths in the log are URIs: decoded, they are the file names on disk.
+                adds.append(unquote(a["add"]["path"]))
+                rows = json.loads(a["add"].get("stats") or "{}").get("numRecords")
+                out.adds[adds[-1]] = (v, bool(a["add"].get("dataChange", True)), rows)
+            elif "remove" in a:
+                removes.append(unquote(a["remove"]["path"]))
+                out.removes[removes[-1]] = (v, bool(a["remove"].get("dataChange", True)))
+            elif "txn" in a:
+                txn = a["txn"]
+                txns.add((txn["appId"], int(txn["version"])))
+                # A commit at or below the checkpoint may sit in a hole a log cleanup left:
+                # the checkpoint, not that file, holds the table's markers up to there.
+                if v > out.checkpoint:
+                    out.markers[txn["appId"]] = (int(txn["version"]), txn.get("lastUpdated"))
+            elif "commitInfo" in a:
+                manifest = Manifest.from_user_metadata(a["commitInfo"].get("userMetadata"))
+                out.operations[v] = str(a["commitInfo"].get("operation") or "unknown operation")
+        out.commits[v], out.changes[v] = txns, (adds, removes)
+        for txn_key in txns:
+            out.landed[txn_key] = (v, manifest.rows if manifest else None, sorted(adds))
+    return out
+
+
+@dataclass
+class PlanLogFacts:
+    """Every commit record and plan in a table's plan log.
+
+    :param records: batch -> generation -> (table-relative path, record body) of the records
+        named with the table's id (records of another id are of a table once at this path).
+    :param plans: batch -> the plan of its newest planned generation.
+    :param unreadable: (table-relative path, error) of entries that do not parse or fail
+        their checksum.
+    """
+
+    records: dict[BatchKey, dict[int, tuple[str, dict[str, Any]]]] = field(default_factory=dict)
+    plans: dict[BatchKey, Plan] = field(default_factory=dict)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _records(plan_log: PlanLog, table_path: str, table_id: str, out: PlanLogFacts) -> None:
+    suffix = f".{table_id}.json"
+    for key in plan_log.recorded_batches():
+        folder = os.path.join(plan_log.root, "batches", key)
+        names = os.listdir(folder) if os.path.isdir(folder) else []
+        gens = [n[1 : -len(suffix)] for n in names if n.startswith("g") and n.endswith(suffix)]
+        for gen in sorted(int(g) for g in gens if g.isdigit()):
+            where = os.path.relpath(plan_log.commit_record_path(key, gen, table_id), table_path)
+            try:
+                batch = BatchKey(plan_log.pipeline_id, key)
+                body = plan_log.commit_record(key, gen, table_id) or {}
+            except EodError as exc:
+                out.unreadable.append((where, f"{exc}; every ask of this batch fails until it is fixed"))
+                continue
+            if (body.get("batch_key"), body.get("generation"), body.get("table_id")) != (key, gen, table_id):
+                out.unreadable.append((where, f"commit record {where} describes another batch or table"))
+            elif (
+                isinstance(body.get("files"), list)
+                and isinstance(body.get("table_version"), int)
+                and isinstance(body.get("manifest"), dict)
+            ):
+                out.records.setdefault(batch, {})[gen] = (where, body)
+            else:
+                out.unreadable.append((where, f"commit record {where} has an unexpected shape"))
+
+
+def _plans(plan_log: PlanLog, table_path: str, out: PlanLogFacts) -> None:
+    for sub in ("offsets", "intervals"):
+        folder = os.path.join(plan_log.root, sub)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            m = _PLAN.match(name)
+            if m is None or (sub == "offsets" and not m.group(1).isdigit()):
+                continue
+            try:
+                # An offset plan's file is named by its sequence number, its key is inside.
+                key = plan_log.get_offset_plan(int(m.group(1))).batch_key if sub == "offsets" else m.group(1)
+                plan = plan_log.get_plan(key, int(m.group(2) or 0))
+                batch = plan.key if plan else None
+            except EodError as exc:
+                out.unreadable.append((os.path.relpath(os.path.join(folder, name), table_path), str(exc)))
+                continue
+            if plan is None or batch is None:
+                continue
+            if batch not in out.plans or plan.generation > out.plans[batch].generation:
+                out.plans[batch] = plan
+
+
+def read_plan_log_facts(table_path: str, table_id: str) -> PlanLogFacts:
+    """Every record (of table ``table_id``) and plan of every pipeline of the table.
+
+    :param table_path: the table's local path.
+    :param table_id: the table's ``metaData.id``.
+    """
+    out = PlanLogFacts()
+    root = os.path.join(table_path, META_DIR, "pipelines")
+    for pipeline in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        try:
+            plan_log = PlanLog(table_path, pipeline)
+        except EodError:
+            continue  # not a directory airflow-eod made
+        _records(plan_log, table_path, table_id, out)
+        _plans(plan_log, table_path, out)
+    return out

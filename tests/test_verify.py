@@ -1,0 +1,387 @@
+"""``airflow-eod verify``: the audit of a table that does not trust its writer.
+
+Real Delta tables, no Spark: batches are staged with pyarrow the way Spark stages them
+(:func:`tests.helpers.stage_rows`) and committed by the real commit engine; then the tables
+are damaged on purpose, the way a foreign writer, a person or a bug would, and each damage
+must come back as its own finding kind, naming the batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from deltalake.transaction import AddAction
+
+from airflow_eod.cli import main
+from airflow_eod.core.batch import fingerprint
+from airflow_eod.core.commit import commit_batch
+from airflow_eod.core.errors import UnsupportedTableError
+from airflow_eod.core.parquet_stats import file_stats
+from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.table_audit import AuditReport, Finding, audit_table
+from tests.helpers import land_and_plan, stage_rows
+
+PIPE = "tests.verify"
+FILES = "tests.verify.files"
+DAY_CFG = {"delta.setTransactionRetentionDuration": "interval 1 days"}
+
+
+def _plan(table: str, day: int, *, planned_at: str = "", generation: int = 0) -> Plan:
+    key = f"i-202611{day:02d}T000000Z-202611{day + 1:02d}T000000Z"
+    plan = Plan(PIPE, key, "interval", {"day": day}, [], planned_at=planned_at, generation=generation)
+    return PlanLog(table, PIPE).put_plan(plan)
+
+
+def _load(table: str, plan: Plan, rows: list[int], *, cfg: dict[str, str] | None = None) -> None:
+    gen = plan.generation
+    staged = stage_rows(table, plan, gen, f"{plan.batch_key}/g{gen}", rows)
+    ours, status = commit_batch(
+        table, plan.key, gen, *staged, table_configuration=cfg, replace_previous=gen > 0
+    )
+    assert ours and status.committed_generation == gen
+
+
+def _record(table: str, plan: Plan, generation: int | None = None) -> tuple[str, dict[str, Any]]:
+    """The path and body of the batch's commit record (newest, or at ``generation``)."""
+    log = PlanLog(table, plan.pipeline_id)
+    table_id = str(DeltaTable(table).metadata().id)
+    body = (
+        log.newest_commit_record(plan.batch_key, table_id)
+        if generation is None
+        else log.commit_record(plan.batch_key, generation, table_id)
+    )
+    assert body is not None
+    return log.commit_record_path(plan.batch_key, body["generation"], table_id), body
+
+
+def _rewrite_record(path: str, change: Any) -> None:
+    """Edit a record and give it a valid checksum, as a careless hand (or a bug) would."""
+    with open(path) as fh:
+        body = json.load(fh)
+    body.pop("checksum")
+    change(body)
+    body["checksum"] = fingerprint(body)
+    os.chmod(path, 0o644)
+    with open(path, "w") as fh:
+        json.dump(body, fh)
+
+
+def _append_files(table: str, paths: list[str]) -> None:
+    """Another writer's commit that adds existing Parquet files (dataChange=true)."""
+    dt = DeltaTable(table)
+    adds = []
+    for rel in paths:
+        full = os.path.join(table, rel)
+        _, stats = file_stats(full)
+        st = os.stat(full)
+        adds.append(AddAction(rel, st.st_size, {}, int(st.st_mtime * 1000), True, stats))
+    dt.create_write_transaction(adds, mode="append", schema=dt.schema())
+
+
+def _kinds(report: AuditReport) -> dict[str, list[Finding]]:
+    out: dict[str, list[Finding]] = {}
+    for f in report.findings:
+        out.setdefault(f.kind, []).append(f)
+    return out
+
+
+def _only(report: AuditReport, kind: str) -> Finding:
+    found = _kinds(report).get(kind, [])
+    assert len(found) == 1, f"expected one {kind}, got {report.findings}"
+    return found[0]
+
+
+@pytest.fixture
+def loaded(table: str, tmp_path: Any) -> dict[str, Plan]:
+    """Three interval batches (the first restated to generation 1) and one offset batch."""
+    plans = {str(day): _plan(table, day) for day in (20, 21, 22)}
+    for i, plan in enumerate(plans.values()):
+        _load(table, plan, list(range(i * 10, i * 10 + 5)))
+    plans["20.g1"] = _plan(table, 20, generation=1)
+    _load(table, plans["20.g1"], [100, 101])
+    plans["o"] = land_and_plan(table, str(tmp_path / "landing"), FILES, 0)
+    commit_batch(table, plans["o"].key, 0, *stage_rows(table, plans["o"], 0, "files", [500, 501, 502]))
+    return plans
+
+
+def test_a_clean_table_with_a_restatement_verifies(table: str, loaded: dict[str, Plan], capsys: Any) -> None:
+    report = audit_table(table)
+    assert report.ok and report.findings == []
+    got = {(b.pipeline_id, b.batch_key[:11]): b for b in report.batches}
+    assert len(got) == 4
+    restated = got[(PIPE, "i-20261120T")]
+    assert (restated.generation, restated.recorded_rows, restated.live_rows, restated.live_files) == (
+        1,
+        2,
+        2,
+        1,
+    )
+    assert got[(FILES, "o-00000000-")].recorded_rows == 3
+    assert main(["verify", table]) == 0
+    assert "verify: 4 batches, 0 errors, 0 warnings" in capsys.readouterr().out
+
+
+def test_an_optimize_by_another_writer_is_a_warning_not_an_error(
+    table: str, loaded: dict[str, Plan], capsys: Any
+) -> None:
+    # Another writer's rows too, so the compaction folds foreign rows and batch rows together.
+    write_deltalake(table, pa.table({"seq": pa.array([900], pa.int64()), "src": ["other"]}), mode="append")
+    DeltaTable(table).optimize.compact()
+    report = audit_table(table)
+    assert report.ok, report.errors
+    kinds = _kinds(report)
+    assert set(kinds) == {"compacted_file", "batch_file_compacted"}
+    assert {f.batch_key for f in kinds["batch_file_compacted"]} == {p.batch_key for p in loaded.values()}
+    assert main(["verify", table]) == 0
+    assert main(["verify", table, "--strict"]) == 1
+    assert "verify: 4 batches, 0 errors, 5 warnings" in capsys.readouterr().out
+
+
+def test_a_copy_of_a_batch_file_appended_by_another_writer_is_a_duplicate(
+    table: str, loaded: dict[str, Plan], capsys: Any
+) -> None:
+    plan = loaded["21"]
+    original = _record(table, plan)[1]["files"][0]
+    shutil.copy(os.path.join(table, original), os.path.join(table, "copy-of-21.parquet"))
+    _append_files(table, ["copy-of-21.parquet"])
+    report = audit_table(table)
+    dup = _only(report, "duplicate_file_content")
+    assert dup.severity == "error" and dup.batch_key == plan.batch_key
+    assert dup.paths == sorted([original, "copy-of-21.parquet"])
+    assert plan.batch_key in dup.message and "5 rows each" in dup.message
+    assert _only(report, "foreign_file").paths == ["copy-of-21.parquet"]
+    assert main(["verify", table]) == 1
+    assert "[duplicate_file_content]" in capsys.readouterr().out
+
+
+def test_a_zombie_file_in_the_batch_directory_is_outside_the_batch(
+    table: str, loaded: dict[str, Plan]
+) -> None:
+    plan = loaded["22"]
+    original = _record(table, plan)[1]["files"][0]
+    zombie = f"eod_data/{PIPE}/{plan.batch_key}/g0-zombie/part-0.parquet"
+    os.makedirs(os.path.dirname(os.path.join(table, zombie)))
+    shutil.copy(os.path.join(table, original), os.path.join(table, zombie))
+    _append_files(table, [zombie])
+    report = audit_table(table)
+    outside = _only(report, "file_outside_batch")
+    assert (outside.severity, outside.batch_key, outside.paths) == ("error", plan.batch_key, [zombie])
+    assert _only(report, "duplicate_file_content").paths == sorted([original, zombie])
+    total = _only(report, "row_total_mismatch")
+    assert "5 rows more than accounted for" in total.message
+
+
+def test_an_older_generation_added_back_is_stale(table: str, loaded: dict[str, Plan]) -> None:
+    plan = loaded["20.g1"]
+    old = _record(table, plan, 0)[1]["files"][0]
+    assert "/g0-" in old
+    _append_files(table, [old])
+    report = audit_table(table)
+    stale = _only(report, "stale_generation_live")
+    assert (stale.severity, stale.batch_key, stale.paths) == ("error", plan.batch_key, [old])
+    assert "generation 1" in stale.message
+    assert "5 rows more" in _only(report, "row_total_mismatch").message
+    assert not report.ok
+
+
+def test_a_live_file_deleted_from_disk_is_missing(table: str, loaded: dict[str, Plan], capsys: Any) -> None:
+    plan = loaded["21"]
+    gone = _record(table, plan)[1]["files"][0]
+    os.remove(os.path.join(table, gone))
+    report = audit_table(table)
+    missing = _only(report, "missing_data_file")
+    assert (missing.severity, missing.batch_key, missing.paths) == ("error", plan.batch_key, [gone])
+    assert "every read of the table fails" in missing.message
+    assert main(["verify", table]) == 1
+    capsys.readouterr()
+
+
+def test_a_record_with_a_wrong_row_count(table: str, loaded: dict[str, Plan]) -> None:
+    plan = loaded["22"]
+    path, _ = _record(table, plan)
+    _rewrite_record(path, lambda body: body["manifest"].update(rows=7))
+    report = audit_table(table)
+    wrong = _only(report, "row_count_mismatch")
+    assert (wrong.severity, wrong.batch_key) == ("error", plan.batch_key)
+    assert "says 7 rows" in wrong.message and "hold 5" in wrong.message
+    assert "2 rows fewer" in _only(report, "row_total_mismatch").message
+
+
+def test_a_batch_file_removed_by_another_writer_is_not_live(table: str, loaded: dict[str, Plan]) -> None:
+    plan = loaded["21"]
+    DeltaTable(table).delete("seq = 11")  # rewrites the batch's file without it, dataChange=true
+    report = audit_table(table)
+    lost = _only(report, "batch_file_not_live")
+    assert (lost.severity, lost.batch_key, lost.paths) == (
+        "error",
+        plan.batch_key,
+        _record(table, plan)[1]["files"],
+    )
+    assert "(DELETE)" in lost.message
+    assert _only(report, "foreign_file")  # the DELETE's rewritten file
+    assert "1 rows fewer" in _only(report, "row_total_mismatch").message  # the row the DELETE took
+
+
+def test_a_record_that_names_another_commit(table: str, loaded: dict[str, Plan]) -> None:
+    plan = loaded["22"]
+    path, body = _record(table, plan)
+    _rewrite_record(path, lambda b: b.update(table_version=body["table_version"] - 1))
+    finding = _only(audit_table(table), "record_without_marker_commit")
+    assert (finding.severity, finding.batch_key, finding.paths) == (
+        "error",
+        plan.batch_key,
+        [os.path.relpath(path, table)],
+    )
+    assert "no marker of the batch" in finding.message
+
+
+def test_a_record_newer_than_the_marker_is_corrupt(table: str, loaded: dict[str, Plan]) -> None:
+    plan = loaded["21"]
+    body = _record(table, plan)[1]
+    # A record of generation 1 the table never committed (the marker stays at 0).
+    fake = dict(body, generation=1)
+    fake["manifest"] = dict(body["manifest"], generation=1)
+    fake.pop("checksum", None)
+    PlanLog(table, PIPE).put_commit_record(plan.batch_key, 1, body["table_id"], fake)
+    report = audit_table(table)
+    corrupt = [f for f in _kinds(report)["corrupt_record"] if f.batch_key == plan.batch_key]
+    assert corrupt and "marker is at generation 0" in corrupt[0].message and not report.ok
+
+
+def test_a_marker_without_its_record_warns_then_errs_near_expiry(table: str) -> None:
+    plans = [_plan(table, day) for day in (20, 21)]
+    for i, plan in enumerate(plans):
+        _load(table, plan, [i], cfg=DAY_CFG)
+    path, _ = _record(table, plans[1])
+    os.rename(path, path + ".aside")  # the committer died between its commit and its record
+    report = audit_table(table)
+    missing = _only(report, "record_missing")
+    assert (missing.severity, missing.batch_key, report.ok) == ("warning", plans[1].batch_key, True)
+    assert report.batches[1].recorded_rows == 1  # read from the commit still in the log
+
+    later = datetime.now(UTC) + timedelta(hours=22)  # 0.8 of the 1-day window has passed
+    report = audit_table(table, now=later)
+    unrecorded = _only(report, "marker_without_record")
+    assert (unrecorded.severity, unrecorded.batch_key) == ("error", plans[1].batch_key)
+    near = _only(report, "marker_near_expiry")
+    assert (near.severity, near.batch_key) == ("warning", plans[0].batch_key)
+    assert "record_missing" not in _kinds(report)
+    assert audit_table(table, now=later, expiry_warning=0.95).ok
+
+
+def test_plans_stuck_and_near_the_end_of_the_window(table: str, capsys: Any) -> None:
+    _load(table, _plan(table, 20), [1], cfg=DAY_CFG)
+    now = datetime.now(UTC)
+    stuck = _plan(table, 21, planned_at=(now - timedelta(hours=30)).isoformat())
+    young = _plan(table, 22, planned_at=(now - timedelta(hours=20)).isoformat())
+    report = audit_table(table, now=now)
+    finding = _only(report, "stuck_plan")  # the 20-hour-old plan is not stuck yet
+    assert (finding.severity, finding.batch_key) == ("warning", stuck.batch_key)
+    assert "A batch is stuck" in finding.message and "30.0 hours" in finding.message
+    near = {f.batch_key: f for f in _kinds(report)["plan_near_expiry"]}
+    assert set(near) == {stuck.batch_key, young.batch_key}
+    assert "is refused with RetentionWindowError" in near[stuck.batch_key].message
+    assert "will be refused with RetentionWindowError" in near[young.batch_key].message
+    assert report.ok
+    assert "stuck_plan" not in _kinds(audit_table(table, stuck_after=timedelta(days=2)))
+    later = _kinds(audit_table(table, now=now, expiry_warning=0.9))["plan_near_expiry"]
+    assert [f.batch_key for f in later] == [stuck.batch_key]  # 20 hours is under 0.9 of a day
+    assert main(["verify", table]) == 0
+    assert main(["verify", table, "--strict"]) == 1
+    capsys.readouterr()
+    assert main(["verify", table, "--stuck-after", "36h", "--expiry-warning", "0.9"]) == 0
+    out = capsys.readouterr().out
+    assert "[stuck_plan]" not in out and out.count("[plan_near_expiry]") == 1
+
+
+def test_a_corrupt_plan_entry_is_an_error(table: str, loaded: dict[str, Plan]) -> None:
+    path = os.path.join(table, "_eod", "pipelines", PIPE, "intervals", f"{loaded['21'].batch_key}.json")
+    with open(path) as fh:
+        text = fh.read()
+    os.chmod(path, 0o644)
+    with open(path, "w") as fh:
+        fh.write(text.replace('"day": 21', '"day": 99'))
+    finding = _only(audit_table(table), "corrupt_plan_log_entry")
+    assert finding.severity == "error" and finding.paths == [os.path.relpath(path, table)]
+
+
+def test_verify_json_and_exit_codes(table: str, loaded: dict[str, Plan], tmp_path: Any, capsys: Any) -> None:
+    os.remove(os.path.join(table, _record(table, loaded["22"])[1]["files"][0]))
+    assert main(["verify", table, "--json"]) == 1
+    body = json.loads(capsys.readouterr().out)
+    assert body["ok"] is False and body["table_version"] == DeltaTable(table).version()
+    assert [f["kind"] for f in body["findings"]] == ["missing_data_file"]
+    assert {b["batch_key"] for b in body["batches"]} == {p.batch_key for p in loaded.values()}
+
+    nowhere = str(tmp_path / "nowhere")
+    assert main(["verify", nowhere]) == 2
+    assert "there is no Delta table" in capsys.readouterr().err
+    with pytest.raises(UnsupportedTableError):
+        audit_table(nowhere)
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "notes.txt").write_text("x")
+    assert main(["verify", str(junk)]) == 2
+    for bad in (["--stuck-after", "soon"], ["--expiry-warning", "1.5"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["verify", table, *bad])
+        assert exit_.value.code == 2
+
+
+def test_status_and_check_still_work(table: str, loaded: dict[str, Plan], capsys: Any) -> None:
+    assert main(["status", table]) == 0
+    assert "pipeline tests.verify: 3 committed" in capsys.readouterr().out
+    assert main(["check", table, "--pipeline", PIPE, "--batch", loaded["20.g1"].batch_key]) == 0
+    assert json.loads(capsys.readouterr().out)["generation"] == 1
+
+
+def test_restating_generations_are_kept_apart(table: str) -> None:
+    """A restatement plan that is not committed yet is stuck, not a second copy."""
+    plan = _plan(table, 20)
+    _load(table, plan, [1, 2])
+    planned = (datetime.now(UTC) - timedelta(days=3)).isoformat()
+    PlanLog(table, PIPE).put_plan(dataclasses.replace(plan, generation=1, planned_at=planned))
+    report = audit_table(table)
+    assert _only(report, "stuck_plan").message.count("generation 1") == 1
+    assert report.ok and report.batches[0].generation == 0
+
+
+def test_a_file_listed_by_two_records(table: str, loaded: dict[str, Plan]) -> None:
+    theirs = _record(table, loaded["21"])[1]["files"][0]
+    path, _ = _record(table, loaded["22"])
+    _rewrite_record(path, lambda body: body["files"].append(theirs))
+    report = audit_table(table)
+    both = _only(report, "file_in_two_batches")
+    assert both.severity == "error" and both.paths == [theirs]
+    assert loaded["21"].batch_key in both.message and loaded["22"].batch_key in both.message
+
+
+def test_a_batch_known_only_by_its_marker_is_counted_by_its_directory(table: str) -> None:
+    """Checkpoints and log cleanup took the commit; the record was never written."""
+    cfg = {"delta.checkpointInterval": "1", "delta.logRetentionDuration": "interval 0 seconds"}
+    plans = [_plan(table, day) for day in (20, 21, 22)]
+    for i, plan in enumerate(plans):
+        _load(table, plan, [i, i + 10], cfg=cfg)
+    assert not os.path.exists(os.path.join(table, "_delta_log", f"{0:020d}.json"))
+    assert audit_table(table).findings == []  # markers from the checkpoint, records judge the rest
+    path, body = _record(table, plans[0])
+    os.rename(path, path + ".aside")
+    report = audit_table(table)
+    assert _only(report, "record_missing").batch_key == plans[0].batch_key
+    assert plans[0].batch_key in _only(report, "rows_unknown").message
+    first = report.batches[0]
+    assert (first.batch_key, first.recorded_rows, first.live_rows, first.live_files) == (
+        plans[0].batch_key,
+        None,
+        2,
+        len(body["files"]),
+    )
+    assert report.ok
