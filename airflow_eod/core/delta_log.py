@@ -37,7 +37,7 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.checkpoint_index import IndexMismatch, read_index
 from airflow_eod.core.durations import parse_interval
-from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.errors import ConfigurationError, UnsupportedTableError
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +322,7 @@ def _hint(log_dir: str) -> tuple[int, int | None] | None:
     try:
         with open(os.path.join(log_dir, "_last_checkpoint")) as fh:
             body = json.load(fh)
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # NotADirectory: the table path is a file
         return None
     if "v2Checkpoint" in body:
         raise _Unreadable("a V2 checkpoint")
@@ -578,7 +578,7 @@ def _read_log(table_path: str, *, listing: bool = False) -> TableLog | None:
         # No hint, or a hint whose checkpoint is gone: find the newest checkpoint by listing.
         try:
             start = _newest_checkpoint_by_listing(log_dir, stats)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no log, or the table path is a file
             return None
         files = _checkpoint_files(log_dir, *start) if start else []
     state: dict[str, Any] = {}
@@ -623,10 +623,30 @@ def _read_log(table_path: str, *, listing: bool = False) -> TableLog | None:
     )
 
 
+def _unparseable(table_path: str) -> str:
+    """`` (<commit file> is not JSON)`` for the first commit that does not parse, if any."""
+    log_dir = os.path.join(table_path, _LOG)
+    for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
+        if _COMMIT.match(name):
+            try:
+                with open(os.path.join(log_dir, name)) as fh:
+                    for line in fh:
+                        if line.strip():
+                            json.loads(line)
+            except (OSError, ValueError):
+                return f" ({name} is not a Delta commit: a line of it is not JSON)"
+    return ""
+
+
 def _from_deltalake(table_path: str) -> TableLog:
     """The same view, read through ``deltalake`` (every file replayed): for logs this reader
     does not know how to read in a bounded way."""
-    table = DeltaTable(table_path)
+    try:
+        table = DeltaTable(table_path)
+    except Exception as exc:  # deltalake's errors carry a Rust backtrace, not the file
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        where = _unparseable(table_path)
+        raise UnsupportedTableError(f"the Delta log of {table_path} cannot be read{where}: {first}") from exc
     meta = table.metadata()
     proto = table.protocol()
     return TableLog(

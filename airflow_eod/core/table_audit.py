@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 from airflow_eod.core.ask import open_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.durations import parse_interval
-from airflow_eod.core.errors import UnsupportedTableError
+from airflow_eod.core.errors import EodError, UnsupportedTableError
 from airflow_eod.core.retention import RETENTION_KEY, safety_margin
 from airflow_eod.core.table_facts import (
     file_rows,
@@ -74,13 +74,16 @@ SAYS: dict[str, tuple[str, str]] = {
         "by a commit that has left the log (e.g. {file}): an OPTIMIZE and a DELETE look alike now, so "
         "its row count cannot be checked on its own; the table-wide count checks that its {rows} "
         "rows are still held by other files"),
+    "quarantine_behind": (ERROR, "generation {gen}: its commit carries {n} malformed record(s) for the "
+        "quarantine table {q}, which holds {what} of the batch: the two tables describe different "
+        "generations (unless a load of the batch is running right now)"),
     "stuck_plan": (WARNING, "generation {gen} was planned {age} ago ({at}) and never committed"),
     "marker_near_expiry": (WARNING, "its marker (generation {gen}) is {age}; its commit record "
         "answers once it expires"),
     "plan_near_expiry": (WARNING, "generation {gen} was planned {age} ago ({at}) and never committed; "
         "the table's retention window is {window} ({key}), so loading it {tense} refused with "
         "RetentionWindowError: restate it on purpose"),
-    "rows_unknown": (WARNING, "the table-wide row count was not reconciled: the rows of {what} are unknown"),
+    "rows_unknown": (WARNING, "the rows of {what} are unknown, so the table-wide row count {scope}"),
 }  # fmt: skip
 # The runbook section for each kind ("`airflow-eod verify` reports ..." for the others).
 _SECTION = {
@@ -90,6 +93,7 @@ _SECTION = {
     "corrupt_plan_log_entry": "plan-log entry ... is corrupt / fails its checksum",
     "stuck_plan": "A batch is stuck (planned, never committed)",
     "plan_near_expiry": "older than the table's transaction-retention window",
+    "quarantine_behind": "The quarantine table is behind the main table",
 }
 
 
@@ -217,6 +221,10 @@ class _Audit:
 
     def _take_record(self, batch: BatchKey, gen: int, where: str, body: dict[str, Any]) -> None:
         if body["table_version"] > self.version:
+            # A load that committed after the snapshot was read (verify runs beside loads):
+            # not part of what is audited. A record past the table's newest version is corrupt.
+            if body["table_version"] <= DeltaTable(self.path).version():
+                return
             why = f"says generation {gen} landed at version {body['table_version']}, past the table's"
             self.add("corrupt_record", batch, [where], record=where, why=f"{why} {self.version}")
         else:
@@ -318,7 +326,15 @@ class _Audit:
             out.append(BatchSummary(key.pipeline_id, key.key, gen, b.version, b.rows, live_rows, len(live)))
             gone = [f for f in b.files if f not in self.live]
             # A file an OPTIMIZE rewrote (dataChange=false) moved its rows; any other removal lost them.
-            compacted = [f for f in gone if f in self.log.removes and not self.log.removes[f][1]]
+            # dataChange=false promises the rows moved: only a commit that added files can
+            # have moved them (one that only removed files dropped them, whatever it says).
+            compacted = [
+                f
+                for f in gone
+                if f in self.log.removes
+                and not self.log.removes[f][1]
+                and self.log.changes.get(self.log.removes[f][0], ([], []))[0]
+            ]
             # Removed by a commit a log cleanup took: whether it moved the rows (OPTIMIZE) or
             # dropped them (DELETE) is only told by the table-wide count (check_total).
             unseen = [f for f in gone if f not in self.log.removes]
@@ -358,10 +374,31 @@ class _Audit:
         return out
 
     def check_duplicates(self) -> None:
-        for same in same_bytes(self.path, list(self.live.values())):
-            who = "; ".join(f"{f} ({self.role.get(f, 'of no batch')})" for f in same)
+        owned = {f for b in self.committed() for f in b.files}
+        # Files of replaced generations still on disk (until VACUUM): a copy of one, live under
+        # another name, puts the old rows back beside the new generation's.
+        replaced = {f: b for b in self.committed() for f in b.old_files if f not in self.live}
+        # A zero-row file shows no row twice (empty batches stage identical empty files).
+        live = [f.path for f in self.live.values() if f.on_disk and f.rows != 0]
+        for same in same_bytes(self.path, live + sorted(replaced)):
+            copies = [f for f in same if f in self.live]
+            if all(f in owned for f in copies):
+                continue  # each is listed by its own batch's record: that is data, not a copy
+            who = "; ".join(f"{f} ({self.role.get(f, 'of no batch')})" for f in copies)
             batch = next((b.key for b in self.committed() if set(same) & set(b.files)), None)
-            self.add("duplicate_file_content", batch, same, n=len(same), rows=self.rows[same[0]], who=who)
+            if len(copies) > 1:
+                self.add(
+                    "duplicate_file_content", batch, copies, n=len(copies), rows=self.rows[copies[0]], who=who
+                )
+                continue
+            old = replaced[next(f for f in same if f in replaced)]
+            (copy,) = copies
+            # It was a foreign file to check_files; it is a replaced generation's file.
+            self.findings = [f for f in self.findings if not (f.kind == "foreign_file" and f.paths == [copy])]
+            self.role[copy] = f"a copy of a replaced generation's file of batch {old.key.label}"
+            self.add(
+                "stale_generation_live", old.key, [copy], file=copy, rows=self.rows[copy], gen=old.generation
+            )
 
     def check_total(self) -> None:
         committed = self.committed()
@@ -377,18 +414,25 @@ class _Audit:
                 theirs = [f for f in removed if f not in carrier and not f.startswith(f"{DATA_DIR}/")]
                 folded += [file_rows(self.path, f, self.log.adds.get(f, (0, True, None))[2]) for f in theirs]
         others = [self.rows[f] for f in self.live if f not in carrier and not f.startswith(f"{DATA_DIR}/")]
-        unknown = [b.key.label for b in committed if b.rows is None]
+        unknown = [b for b in committed if b.rows is None]
+        # A batch without a recorded count whose files are all live is left out of the count
+        # (its files with it); one whose files moved has rows in files the count cannot split.
+        moved = any(f not in self.live for b in unknown for f in b.files)
+        left_out = {f for b in unknown for f in b.files}
         if (
             None in self.rows.values()
             or None in folded
             or None in others
             or None in self.unseen_rows
-            or unknown
+            or moved
         ):
-            what = ", ".join(unknown) or "a file with neither statistics nor a footer"
-            self.add("rows_unknown", None, what=what)
+            what = ", ".join(b.key.label for b in unknown) or "a file with neither statistics nor a footer"
+            self.add("rows_unknown", None, what=what, scope="was not reconciled")
             return
-        total = sum(r or 0 for r in self.rows.values())
+        if unknown:
+            what = ", ".join(b.key.label for b in unknown)
+            self.add("rows_unknown", None, what=what, scope="leaves them and their files out")
+        total = sum(r or 0 for f, r in self.rows.items() if f not in left_out)
         recorded = sum(b.rows or 0 for b in committed)
         other = sum(r or 0 for r in others + folded)
         # Batch rows whose files a commit no longer in the log removed are, if that commit was
@@ -405,6 +449,30 @@ class _Audit:
         if diff := total - recorded - other:
             self.add("row_total_mismatch", None, diff=abs(diff), more=("fewer", "more")[diff > 0], **say)
 
+    # -- the quarantine table ------------------------------------------------------------
+    def check_quarantine(self) -> None:
+        """Each committed generation's outbox (``manifest.extra["quarantine"]``) delivered."""
+        held: dict[str, dict[BatchKey, int] | None] = {}
+        for b in self.committed():
+            record = b.records.get(b.generation) if b.generation is not None else None
+            box = ((record or {}).get("manifest", {}).get("extra") or {}).get("quarantine")
+            if not isinstance(box, dict):
+                continue
+            staged = (box.get("staged") or {}).get("files") or []
+            if not staged and not box.get("replace_previous"):
+                continue  # nothing to deliver: the delivery is skipped on purpose
+            q = str(box.get("table_uri"))
+            if q not in held:
+                held[q] = _generations_held(q)
+            there = held[q]
+            got = None if there is None else there.get(b.key)
+            # An empty outbox only has to remove earlier rejects: none there is in step too.
+            if got == b.generation or (got is None and not staged):
+                continue
+            rejects = sum(int(f.get("num_records") or 0) for f in staged)
+            what = "no generation" if got is None else f"generation {got}"
+            self.add("quarantine_behind", b.key, gen=b.generation, n=rejects, q=q, what=what)
+
     # -- plans over time ---------------------------------------------------------------
     def check_plans(self) -> None:
         for key, plan in sorted(self.plans.items(), key=lambda kv: kv[0].label):
@@ -419,6 +487,25 @@ class _Audit:
                 tense = "is" if age > self.window - safety_margin(self.window) else "will be"
                 say.update(window=_age(self.window), key=RETENTION_KEY, tense=tense)
                 self.add("plan_near_expiry", key, **say)
+
+
+def _generations_held(table_uri: str) -> dict[BatchKey, int] | None:
+    """The newest generation of each batch a (quarantine) table holds, by its markers and by
+    its commit records (markers expire); ``None`` when there is no table there."""
+    path = local_path(table_uri)
+    try:
+        if open_table(path) is None:
+            return None
+        dt = DeltaTable(path)
+    except (EodError, OSError):
+        return None
+    out: dict[BatchKey, int] = {}
+    for app_id, (gen, _) in read_log_facts(path, dt.version()).markers.items():
+        if (key := BatchKey.from_app_id(app_id)) is not None:
+            out[key] = gen
+    for key, gens in read_plan_log_facts(path, str(dt.metadata().id)).records.items():
+        out[key] = max(out.get(key, -1), *gens)
+    return out
 
 
 def audit_table(
@@ -449,4 +536,5 @@ def audit_table(
     audit.check_duplicates()
     audit.check_total()
     audit.check_plans()
+    audit.check_quarantine()
     return AuditReport(path, audit.version, now, batches, audit.findings)

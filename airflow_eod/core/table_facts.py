@@ -43,7 +43,6 @@ class LiveFile:
     :param path: the table-relative path as on disk (decoded from the log's URI form).
     :param rows: ``numRecords`` from its statistics, else from its footer (``None``: unknown).
     :param on_disk: whether the file exists.
-    :param looks: what two copies of one file share (size, rows, min/max, partition).
     :param batch: the batch whose directory (``eod_data/<pipeline>/<key>/``) holds it, if any.
     :param generation: the generation of the attempt directory (``g<N>-<attempt>``) holding it.
     """
@@ -51,7 +50,6 @@ class LiveFile:
     path: str
     rows: int | None
     on_disk: bool
-    looks: tuple[Any, ...]
     batch: BatchKey | None = None
     generation: int | None = None
 
@@ -91,29 +89,30 @@ def read_live_files(table_path: str, table: DeltaTable) -> dict[str, LiveFile]:
     for a in pa.table(table.get_add_actions(flatten=False)).to_pylist():
         rel = unquote(a["path"])
         rows = file_rows(table_path, rel, a.get("num_records"))
-        part = a.get("partition") or a.get("partition_values")
-        looks = tuple(json.dumps(v, sort_keys=True, default=str) for v in (a.get("min"), a.get("max"), part))
         on_disk = os.path.exists(local_file(table_path, rel))
-        out[rel] = LiveFile(rel, rows, on_disk, (a["size_bytes"], rows, *looks), *_place(rel))
+        out[rel] = LiveFile(rel, rows, on_disk, *_place(rel))
     return out
 
 
-def same_bytes(table_path: str, files: list[LiveFile]) -> list[list[str]]:
-    """Groups of two or more of ``files`` whose bytes are equal. Only files that look alike
-    (:attr:`LiveFile.looks`) are read, so a table without copies costs no read at all."""
-    alike: dict[tuple[Any, ...], list[str]] = {}
-    for f in files:
-        if f.on_disk:
-            alike.setdefault(f.looks, []).append(f.path)
+def same_bytes(table_path: str, paths: list[str]) -> list[list[str]]:
+    """Groups of two or more of ``paths`` (table-relative) whose bytes are equal. Only files of
+    equal size are read, so a table without copies costs almost no read at all. Sizes, not
+    statistics: a copy added with other statistics, or none, holds the same rows."""
+    by_size: dict[int, list[str]] = {}
+    for rel in paths:
+        try:
+            by_size.setdefault(os.path.getsize(local_file(table_path, rel)), []).append(rel)
+        except OSError:
+            continue  # gone: reported as missing, not as a copy
     out = []
-    for candidates in (c for c in alike.values() if len(c) > 1):
+    for candidates in (c for c in by_size.values() if len(c) > 1):
         by_hash: dict[str, list[str]] = {}
         for rel in candidates:
             try:
                 with open(local_file(table_path, rel), "rb") as fh:
                     by_hash.setdefault(hashlib.file_digest(fh, "sha256").hexdigest(), []).append(rel)
             except OSError:
-                continue  # removed meanwhile: reported as missing, not as a copy
+                continue
         out += [sorted(same) for same in by_hash.values() if len(same) > 1]
     return out
 
