@@ -129,3 +129,19 @@ def test_the_jdbc_check_finds_extra_and_missing_rows(tmp_path: Any) -> None:
     verdict = check_tables(World(str(tmp_path), random.Random(1)), str(tmp_path / "none"), None)
     check_jdbc(source, table, verdict)
     assert len(verdict.duplicates) == 1 and len(verdict.losses) == 1
+
+
+def test_chaos_checker_finds_two_versions_of_a_path_with_fifteen_versions(tmp_path: Any) -> None:
+    """A component with more versions than the search takes: the first version's rows beside
+    the last's are two versions of one path (the checker used to search only the newest 14
+    versions and call the rest clean)."""
+    world = World(str(tmp_path / "landing"), random.Random(7))
+    state = world.land(str(tmp_path / "landing" / "off"), 3)
+    for _ in range(14):
+        world.rewrite(state)
+    while not state.versions[-1].rows:
+        world.rewrite(state)
+    assert len(state.versions) >= 15
+    t = str(tmp_path / "t")
+    _table(t, [*state.versions[0].rows, *state.versions[-1].rows])
+    assert check_tables(world, t, None).duplicates

@@ -21,13 +21,15 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import AddAction
 
 from airflow_eod.cli import main
+from airflow_eod.core import table_audit
 from airflow_eod.core.batch import fingerprint
 from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.errors import UnsupportedTableError
 from airflow_eod.core.parquet_stats import file_stats
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.table_audit import AuditReport, Finding, audit_table
-from tests.helpers import land_and_plan, stage_rows
+from airflow_eod.core.table_layout import normalise
+from tests.helpers import land_and_plan, orders_source, spec_for, stage_rows
 
 PIPE = "tests.verify"
 FILES = "tests.verify.files"
@@ -432,3 +434,194 @@ def test_a_batch_deleted_whole_then_the_log_cleaned_is_an_error(table: str, load
     assert _only(report, "batch_file_removed_unseen").batch_key == loaded["22"].batch_key
     assert "5 rows fewer" in _only(report, "row_total_mismatch").message
     assert not report.ok
+
+
+# -- found by an adversarial review of verify (issue 9) ------------------------------------
+DAY = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def _append(table: str, rel: str, stats: str | None) -> None:
+    """Another writer's commit adding the existing Parquet file ``rel`` with ``stats``."""
+    dt = DeltaTable(table)
+    st = os.stat(os.path.join(table, rel))
+    add = AddAction(rel, st.st_size, {}, int(st.st_mtime * 1000), True, stats)
+    dt.create_write_transaction([add], mode="append", schema=dt.schema())
+
+
+def _rows(table: str) -> int:
+    return DeltaTable(table).to_pyarrow_table().num_rows
+
+
+def _kind_set(report: AuditReport) -> set[str]:
+    return {f.kind for f in report.findings}
+
+
+def test_verify_flags_a_byte_identical_copy_of_a_batch_file_added_without_stats(
+    table: str, loaded: dict[str, Any], capsys: Any
+) -> None:
+    """A copy appended with no statistics holds the same bytes; copies are found by size and
+    bytes, not by statistics (it used to pass as a foreign file)."""
+    plan = loaded["21"]
+    original = _record(table, plan)[1]["files"][0]
+    shutil.copy(os.path.join(table, original), os.path.join(table, "restored.parquet"))
+    _append(table, "restored.parquet", stats=None)
+    assert _rows(table) == 2 + 5 + 5 + 3 + 5  # batch 21's five rows are visible twice
+    report = audit_table(table)
+    assert "duplicate_file_content" in _kind_set(report), report.findings
+    assert main(["verify", table]) == 1
+    capsys.readouterr()
+
+
+def test_verify_flags_a_replaced_generations_file_added_back_under_another_name(
+    table: str, loaded: dict[str, Any], capsys: Any
+) -> None:
+    """After a restatement only the newest generation's rows may be visible (I1). Generation
+    0's file (on disk until VACUUM) added back under another name puts the old rows back
+    beside generation 1's (it used to pass as a foreign file, exit 0)."""
+    plan = loaded["20.g1"]
+    old = _record(table, plan, 0)[1]["files"][0]
+    shutil.copy(os.path.join(table, old), os.path.join(table, "restored.parquet"))
+    _append(table, "restored.parquet", stats=file_stats(os.path.join(table, old))[1])
+    report = audit_table(table)
+    assert not report.ok, report.findings
+    assert main(["verify", table]) == 1
+    capsys.readouterr()
+
+
+def test_verify_does_not_let_one_unknown_batch_hide_rows_dropped_by_a_fake_optimize(
+    table: str, capsys: Any
+) -> None:
+    """A dataChange=false commit that removes a batch's file and adds nothing dropped its rows;
+    a batch of unknown count elsewhere must not turn the table-wide count off (it used to:
+    warnings only, exit 0, rows lost)."""
+    cfg = {"delta.checkpointInterval": "1", "delta.logRetentionDuration": "interval 0 seconds"}
+    plans = [_plan(table, day) for day in (20, 21, 22)]
+    for i, plan in enumerate(plans):
+        _load(table, plan, [i, i + 10], cfg=cfg)
+    path, _ = _record(table, plans[0])
+    os.rename(path, path + ".aside")  # the committer of the first batch died before its record
+    victim = _record(table, plans[1])[1]["files"][0]
+    version = DeltaTable(table).version() + 1
+    with open(os.path.join(table, "_delta_log", f"{version:020d}.json"), "x") as fh:
+        fh.write(json.dumps({"commitInfo": {"timestamp": 1, "operation": "OPTIMIZE"}}) + "\n")
+        fh.write(json.dumps({"remove": {"path": victim, "dataChange": False, "deletionTimestamp": 1}}) + "\n")
+    assert _rows(table) == 4  # batch 21's two rows are gone
+    report = audit_table(table)
+    assert not report.ok, report.findings
+    assert main(["verify", table]) == 1
+    capsys.readouterr()
+
+
+def test_verify_notices_a_committed_batch_whose_rejects_never_reached_the_quarantine_table(
+    table: str, tmp_path: Any, capsys: Any
+) -> None:
+    """The main commit carries an outbox of 2 malformed records that was never delivered (the
+    task died after the main commit and was not retried): the tables are out of step."""
+    from airflow_eod.spark.quarantine import Outbox, with_outbox
+
+    quarantine = str(tmp_path / "quarantine")
+    plan = _plan(table, 20)
+    staged, manifest = stage_rows(table, plan, 0, "good", [1, 2, 3])
+    q_staged, _ = stage_rows(quarantine, plan, 0, "bad", [8, 9])
+    manifest = with_outbox(manifest, Outbox(normalise(quarantine), False, q_staged))
+    ours, status = commit_batch(table, plan.key, 0, staged, manifest)
+    assert ours and status.committed
+    report = audit_table(table)
+    about = [f for f in report.findings if f.batch_key == plan.batch_key and "quarantine" in f.message]
+    assert about, f"verify is silent about the undelivered rejects: {report.findings}"
+    capsys.readouterr()
+
+
+@pytest.mark.spark
+def test_verify_accepts_empty_interval_batches_loaded_by_the_real_write_path(
+    spark: Any, tmp_path: Any, table: str, capsys: Any
+) -> None:
+    """Days with no input load as zero-row batches whose staged files are byte-identical; they
+    are not copies of each other (they used to be duplicate_file_content, exit 1)."""
+    from airflow_eod.spark.load_job import run_load
+
+    for i, header in enumerate([False, True]):
+        landing = str(tmp_path / f"day{i}")
+        os.makedirs(landing)
+        if header:
+            with open(os.path.join(landing, "h.csv"), "w") as fh:
+                fh.write("order_id,customer,amount,order_date,ordered_at\n")
+        source = orders_source(landing, boundary="interval")
+        plan = source.plan(
+            PlanLog(table, "tests.orders"),
+            None,
+            run_token=f"run-{i}",
+            is_committed=lambda k: False,
+            interval=(DAY + timedelta(days=i), DAY + timedelta(days=i + 1)),
+        )
+        result = run_load(spark, spec_for(source, table, plan))
+        assert result.outcome == "committed" and result.rows == 0
+    report = audit_table(table)
+    assert report.ok, [f.kind for f in report.errors]
+    assert main(["verify", table]) == 0
+    capsys.readouterr()
+
+
+def test_verify_during_a_concurrent_load_reports_no_corrupt_record(
+    table: str, loaded: dict[str, Any], monkeypatch: Any
+) -> None:
+    """A load that commits (and writes its record) after verify read its snapshot is not a
+    corrupt record (it used to be one). The load is run right after the live files are read."""
+    real = table_audit.read_live_files
+
+    def read_while_a_load_commits(path: str, dt: DeltaTable) -> Any:
+        out = real(path, dt)
+        _load(table, _plan(table, 25), [7, 8])
+        return out
+
+    monkeypatch.setattr(table_audit, "read_live_files", read_while_a_load_commits)
+    report = audit_table(table)
+    assert report.ok, [(f.kind, f.message[:120]) for f in report.errors]
+
+
+def test_verify_of_a_regular_file_exits_2_with_a_clear_error(tmp_path: Any, capsys: Any) -> None:
+    """A path that is a file: exit 2 and a message (it used to raise NotADirectoryError)."""
+    path = tmp_path / "orders.csv"
+    path.write_text("a,b\n")
+    assert main(["verify", str(path)]) == 2
+    assert "not a Delta table" in capsys.readouterr().err
+
+
+def test_verify_of_a_table_with_an_unparseable_commit_gives_a_clear_answer(
+    tmp_path: Any, capsys: Any
+) -> None:
+    """A commit file that is not JSON (a torn copy, a disk error): an exit code and a message
+    naming the commit (it used to be deltalake's Rust backtrace)."""
+    path = tmp_path / "broken"
+    (path / "_delta_log").mkdir(parents=True)
+    (path / "_delta_log" / f"{0:020d}.json").write_text("garbage\n")
+    code = main(["verify", str(path)])
+    assert code in (1, 2)
+    assert f"{0:020d}.json" in capsys.readouterr().err
+
+
+def test_every_finding_kind_is_documented_and_its_runbook_section_exists() -> None:
+    docs = os.path.join(os.path.dirname(__file__), "..", "docs")
+    with open(os.path.join(docs, "reference.md")) as fh:
+        reference = fh.read()
+    with open(os.path.join(docs, "runbook.md")) as fh:
+        headings = [line for line in fh if line.startswith("## ")]
+    assert [k for k in table_audit.SAYS if f"| `{k}` |" not in reference] == []
+    for kind, section in table_audit._SECTION.items():
+        assert any(section in h for h in headings), f"{kind}: no runbook section {section!r}"
+    assert any("`airflow-eod verify` reports ..." in h for h in headings)
+
+
+def test_identical_files_of_two_committed_batches_are_not_copies(table: str) -> None:
+    """Found by the chaos harness (benchmarks.chaos --seed 3 and 5): a landing file moved to
+    a new name is new input, loaded as a batch of its own with the same rows; each file is
+    listed by its own batch's record, so neither is a copy (it used to be an error)."""
+    plans = [_plan(table, day) for day in (20, 21)]
+    for plan in plans:
+        ours, _ = commit_batch(table, plan.key, 0, *stage_rows(table, plan, 0, "same", [7, 8, 9]))
+        assert ours
+    files = [os.path.join(table, _record(table, p)[1]["files"][0]) for p in plans]
+    with open(files[0], "rb") as a, open(files[1], "rb") as b:
+        assert a.read() == b.read(), "the premise: the two batches' files hold the same bytes"
+    report = audit_table(table)
+    assert report.findings == [], report.findings
