@@ -30,7 +30,7 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit_record import CommitRecord, write_record
 from airflow_eod.core.delta_commit import checkpoint_due, uri_path, write_checkpoint, write_commit
 from airflow_eod.core.delta_log import TableLog, checkpoint_holds
-from airflow_eod.core.errors import BatchError
+from airflow_eod.core.errors import BatchError, BatchRefusedError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
@@ -109,7 +109,7 @@ def _check_not_nulls(table: TableLog, staged: StagedBatch, label: str) -> None:
         for f in staged.files:
             nulls = json.loads(f.stats).get("nullCount", {}).get(column)
             if nulls is None or nulls > 0:
-                raise BatchError(
+                raise BatchRefusedError(
                     label,
                     f"column {column} is NOT NULL in the table but file {f.path} "
                     f"has {'unknown' if nulls is None else nulls} nulls in it",
@@ -159,7 +159,7 @@ def _refuse_dropping_landed_files(status: BatchStatus, manifest: Manifest, label
     they went), swapping it out would remove rows that landed and were reported."""
     dropped = manifest.boundary.get("dropped") or []
     if dropped and status.committed_generation is not None:
-        raise BatchError(
+        raise BatchRefusedError(
             label,
             f"generation {status.committed_generation} of the batch was committed while this re-freeze "
             f"was planned, and it holds {len(dropped)} file(s) the re-freeze left out as gone (e.g. "
@@ -176,7 +176,7 @@ def replaced_files(table: TableLog, batch: BatchKey, status: BatchStatus, label:
     and removing the rest would leave those rows beside the new generation's.
     """
     if table.metadata().configuration.get("delta.appendOnly") == "true":
-        raise BatchError(
+        raise BatchRefusedError(
             label, "the table is append-only (delta.appendOnly=true): a batch cannot be restated"
         )
     gen = status.committed_generation
@@ -186,14 +186,14 @@ def replaced_files(table: TableLog, batch: BatchKey, status: BatchStatus, label:
         # Never committed (a re-freeze): replace whatever a zombie may have landed.
         return batch_files(snapshot, batch)
     if status.record is None:
-        raise BatchError(
+        raise BatchRefusedError(
             label,
             f"the table holds generation {gen} of the batch, but its commit record and the commit "
             "itself are gone from the log, so which files hold its rows cannot be proven; it "
             "cannot be restated without risking duplicate rows (see the runbook, 'restating')",
         )
     if not status.record.files and status.manifest is not None and status.manifest.rows > 0:
-        raise BatchError(
+        raise BatchRefusedError(
             label,
             f"the commit record of generation {gen} lists no files for its {status.manifest.rows} rows, "
             "so they cannot be swapped out; it cannot be restated without risking duplicate rows",
@@ -202,7 +202,7 @@ def replaced_files(table: TableLog, batch: BatchKey, status: BatchStatus, label:
     live = {r.path for r in removes}
     gone = [f for f in status.record.files if f not in live]
     if gone:
-        raise BatchError(
+        raise BatchRefusedError(
             label,
             f"{len(gone)} of the {len(status.record.files)} file(s) of generation {gen} are no longer "
             f"live (e.g. {gone[0]}): another writer rewrote them (OPTIMIZE?), so their rows now sit in "
@@ -331,7 +331,7 @@ def commit_batch(
                     _refuse_dropping_landed_files(status, manifest, batch.label)
                     removes = replaced_files(table, batch, status, batch.label)
                     if widened is not None:
-                        raise BatchError(
+                        raise BatchRefusedError(
                             batch.label,
                             "a restatement cannot add columns in the same commit; add them with a "
                             "normal load first, or alter the table",

@@ -37,7 +37,7 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.checkpoint_index import IndexMismatch, read_index
 from airflow_eod.core.durations import parse_interval
-from airflow_eod.core.errors import ConfigurationError, UnsupportedTableError
+from airflow_eod.core.errors import ConfigurationError, EodError, UnsupportedTableError
 
 log = logging.getLogger(__name__)
 
@@ -646,7 +646,9 @@ def _from_deltalake(table_path: str) -> TableLog:
     except Exception as exc:  # deltalake's errors carry a Rust backtrace, not the file
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         where = _unparseable(table_path)
-        raise UnsupportedTableError(f"the Delta log of {table_path} cannot be read{where}: {first}") from exc
+        # A commit that is not JSON stays so; anything else (I/O) may pass on a retry.
+        error = UnsupportedTableError if where else EodError
+        raise error(f"the Delta log of {table_path} cannot be read{where}: {first}") from exc
     meta = table.metadata()
     proto = table.protocol()
     return TableLog(

@@ -1,10 +1,23 @@
-"""Errors raised by the protocol core; every batch error names the batch and the cause."""
+"""Errors raised by the protocol core; every batch error names the batch and the cause.
+
+Each class says whether another try of the same task can succeed (:attr:`EodError.retryable`):
+the operators end a task at once on an error that no retry can fix (a wrong set-up, a schema
+that does not match, a changed input, a refusal), so it does not burn its retries, and keep
+the retries for the rest (a Spark job that died, commit races lost, I/O).
+"""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class EodError(Exception):
-    """Base class for every error airflow-eod raises on purpose."""
+    """Base class for every error airflow-eod raises on purpose.
+
+    :cvar retryable: whether another try of the same task, unchanged, may succeed.
+    """
+
+    retryable: ClassVar[bool] = True
 
 
 class BatchError(EodError):
@@ -23,29 +36,50 @@ class BatchError(EodError):
 class InputChangedError(BatchError):
     """A frozen input (a landing file) changed after the batch was planned (invariant I3)."""
 
+    retryable = False
+
 
 class SchemaMismatchError(BatchError):
     """The batch's schema differs from the target table's schema."""
+
+    retryable = False
 
 
 class UnsupportedTableError(EodError):
     """The target table uses a feature the commit engine cannot honour, or is not a Delta table."""
 
+    retryable = False
+
 
 class PlanLogError(EodError):
     """A plan-log entry is missing, corrupt or was edited by hand."""
+
+    retryable = False
 
 
 class ConfigurationError(EodError):
     """The load was configured in a way that cannot work (bad pipeline id, bad URI, ...)."""
 
+    retryable = False
+
 
 class MalformedInputError(BatchError):
     """Records of the batch do not parse or do not fit the schema."""
 
+    retryable = False
+
 
 class RetentionWindowError(BatchError):
     """The batch is older than the table's transaction-retention window (invariant I5)."""
+
+    retryable = False
+
+
+class BatchRefusedError(BatchError):
+    """The batch cannot be loaded as asked, and loading it again will not change that (a
+    restatement the table cannot take, data that breaks a table rule)."""
+
+    retryable = False
 
 
 class CorruptRecordError(PlanLogError):

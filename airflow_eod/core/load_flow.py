@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from airflow_eod.core.ask import BatchStatus, ask
+from airflow_eod.core.ask import BatchStatus, ask, open_table
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.plan_log import Plan, PlanLog
@@ -120,6 +120,9 @@ def _restated(
 def freeze(request: LoadRequest, source: Source, ctx: ReadContext) -> FrozenBatch | LoadResult | BatchStatus:
     """Freeze the run's batch. Returns the :class:`LoadResult` of a run with nothing new,
     the :class:`BatchStatus` of a batch the table already holds, or the batch to load."""
+    # Planning writes the plan log beside the table: refuse a path that is a file or another
+    # system's directory before anything is written into it.
+    open_table(request.table_uri)
     plan_log = PlanLog(request.table_uri, request.pipeline_id)
     named = (request.restate_batch_key or "").strip() if request.restate else ""
     if named:

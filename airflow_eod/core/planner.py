@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import BatchError, ConfigurationError
+from airflow_eod.core.errors import BatchRefusedError, ConfigurationError
 from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.plan_log import INTERVAL, OFFSETS, Plan, PlanLog
 
@@ -153,7 +153,7 @@ def own_files(plan_log: PlanLog, plan: Plan) -> Plan:
             # Rewritten in place since its owner claimed it: skipping it would drop the new
             # content without a word, and loading it would load the path twice.
             size, mtime = _owner_froze(plan_log, claim, entry)
-            raise BatchError(
+            raise BatchRefusedError(
                 plan.key.label,
                 f"landing file {entry['path']} belongs to batch {claim['batch_key']} of this pipeline, "
                 f"which froze it at size {size}, mtime_ns {mtime}; it now has size {entry.get('size')}, "

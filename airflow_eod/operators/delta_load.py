@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import pendulum
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, decide_submitted, load_batch
 from airflow_eod.core.load_spec import LoadSpec
 from airflow_eod.core.result import LoadResult
@@ -225,6 +226,18 @@ class DeltaLoadOperator(BaseOperator):
         }
 
     def execute(self, context: Any) -> dict[str, Any]:
+        try:
+            return self._load(context)
+        except EodError as exc:
+            if exc.retryable:
+                raise
+            # Another try would fail the same way: end the task now, its retries unspent.
+            raise AirflowFailException(
+                f"{exc} [{type(exc).__name__}: no retry can fix this, so the task ends without "
+                "retrying; docs/reference.md, 'Errors that end a task at once']"
+            ) from exc
+
+    def _load(self, context: Any) -> dict[str, Any]:
         from airflow_eod.spark.load_job import settle_committed
 
         source = self.build_source()

@@ -45,7 +45,9 @@ def _is_zoned(meta: Any, i: int) -> bool:
 
 # PostgreSQL type OIDs of timestamptz and timestamp, as a DB-API cursor describes them.
 _PG_TIMESTAMPTZ, _PG_TIMESTAMP = 1184, 1114
-_PG_URL = re.compile(r"^jdbc:postgresql://(?P<host>[^/:?]+)(?::(?P<port>\d+))?/(?P<db>[^?/]+)(?:\?(?P<params>.*))?$")
+_PG_URL = re.compile(
+    r"^jdbc:postgresql://(?P<host>[^/:?]+)(?::(?P<port>\d+))?/(?P<db>[^?/]+)(?:\?(?P<params>.*))?$"
+)
 # JDBC URL parameters that mean the same to libpq; any other sends planning through the JVM.
 _PG_PARAMS = {
     "sslmode": "sslmode",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from airflow_eod.core.errors import BatchError
+from airflow_eod.core.errors import BatchRefusedError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -187,7 +187,7 @@ def check_resolved(label: str, planned: Sequence[str], resolved: Sequence[str]) 
     repeated = sorted(p for p, n in have.items() if p in want and n > want[p])
     if repeated:
         parts.append(f"read more than once: {', '.join(repeated[:_NAMED_FILES])}")
-    raise BatchError(
+    raise BatchRefusedError(
         label,
         "Spark resolved other files than the batch's plan holds ("
         + "; ".join(parts)

@@ -27,7 +27,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from airflow_eod.core.errors import BatchError, ConfigurationError, MalformedInputError, SchemaMismatchError
+from airflow_eod.core.errors import (
+    BatchError,
+    BatchRefusedError,
+    ConfigurationError,
+    MalformedInputError,
+    SchemaMismatchError,
+)
 from airflow_eod.core.table_check import SCHEMA_ADD_COLUMNS
 from airflow_eod.spark.bad_records import CORRUPT_COLUMN, LAYOUT_METADATA_KEY
 from airflow_eod.spark.landing_paths import (
@@ -88,7 +94,7 @@ def read_landing_batch(
         options["mode"] = "FAILFAST"
     if not plan.inputs:
         if not schema:
-            raise BatchError(
+            raise BatchRefusedError(
                 label,
                 "the batch has no files and the source has no schema to describe an empty batch; "
                 "give the operator a schema",

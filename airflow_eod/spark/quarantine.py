@@ -32,7 +32,7 @@ from airflow_eod.core.ask import BatchStatus, ask_table, open_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch, replaced_files
-from airflow_eod.core.errors import BatchError
+from airflow_eod.core.errors import BatchError, BatchRefusedError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.table_binding import check_table_identity
 from airflow_eod.core.table_layout import attempt_dir, local_path, normalise
@@ -99,7 +99,7 @@ def _check_quarantine_table(
     if owner is not None and owner != normalise(main_table_uri):
         # Deliveries are fenced by the batch's marker in the quarantine table; a second main
         # table with the same pipeline id and batch key would find it taken and drop its rejects.
-        raise BatchError(
+        raise BatchRefusedError(
             batch.label,
             f"the quarantine table {quarantine_uri} already holds this batch for the table {owner}; "
             "a quarantine table serves one main table per pipeline id: give this load its own "

@@ -12,7 +12,7 @@ from urllib.parse import unquote
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit import StagedBatch, StagedFile
-from airflow_eod.core.errors import BatchError
+from airflow_eod.core.errors import BatchRefusedError
 from airflow_eod.core.parquet_stats import file_stats
 from airflow_eod.core.table_layout import attempt_dir, local_path
 
@@ -28,15 +28,15 @@ def _check_partitions(df: DataFrame, partition_by: list[str], label: str) -> Non
     types = {f.name: f.dataType.typeName() for f in df.schema.fields}
     for col in partition_by:
         if col not in types:
-            raise BatchError(label, f"partition column {col} is not in the data ({sorted(types)})")
+            raise BatchRefusedError(label, f"partition column {col} is not in the data ({sorted(types)})")
         if types[col] not in PARTITION_TYPES:
-            raise BatchError(
+            raise BatchRefusedError(
                 label,
                 f"partition column {col} has type {types[col]}; partition by one of "
                 f"{', '.join(PARTITION_TYPES)}",
             )
     if partition_by and len(partition_by) == len(types):
-        raise BatchError(label, "every column is a partition column; keep at least one data column")
+        raise BatchRefusedError(label, "every column is a partition column; keep at least one data column")
 
 
 def stage_dataframe(
