@@ -625,3 +625,199 @@ def test_identical_files_of_two_committed_batches_are_not_copies(table: str) -> 
         assert a.read() == b.read(), "the premise: the two batches' files hold the same bytes"
     report = audit_table(table)
     assert report.findings == [], report.findings
+
+
+# -- found by a second adversarial review (verify's fixes, the retry classes) -------------
+def _errors(report: Any) -> list[tuple[str, str]]:
+    return [(f.kind, f.message[:160]) for f in report.errors]
+
+
+# -- 1. false negatives ------------------------------------------------------------------
+def test_a_copy_added_with_forged_zero_row_stats_is_a_duplicate(
+    table: str, loaded: dict[str, Plan], capsys: Any
+) -> None:
+    """Copies are found "by size and bytes, not statistics", but zero-row files are skipped
+    by their *statistics*: a byte copy of a 5-row batch file appended with numRecords=0 is
+    never compared, and its rows are also left out of the table-wide count."""
+    plan = loaded["21"]
+    original = _record(table, plan)[1]["files"][0]
+    shutil.copy(os.path.join(table, original), os.path.join(table, "restored.parquet"))
+    stats = json.loads(file_stats(os.path.join(table, original))[1])
+    stats["numRecords"] = 0
+    before = _rows(table)
+    _append(table, "restored.parquet", stats=json.dumps(stats))
+    assert _rows(table) == before + 5, "the premise: batch 21's five rows are visible twice"
+    report = audit_table(table)
+    assert not report.ok, f"verify passes a table with 5 rows visible twice: {report.findings}"
+    assert main(["verify", table]) == 1
+    capsys.readouterr()
+
+
+def test_an_undelivered_outbox_whose_committer_died_before_its_record_is_behind(
+    table: str, tmp_path: Any, capsys: Any
+) -> None:
+    """The task died after the main commit and before its commit record (fault point
+    before_record), so before the delivery too, and was marked failed by hand. The outbox is in
+    the commit in the log (its manifest), but the quarantine check reads only records: verify
+    warns record_missing and exits 0 while the 2 rejects never reached the quarantine table."""
+    from airflow_eod.spark.quarantine import Outbox, with_outbox
+
+    quarantine = str(tmp_path / "quarantine")
+    plan = _plan(table, 20)
+    staged, manifest = stage_rows(table, plan, 0, "good", [1, 2, 3])
+    q_staged, _ = stage_rows(quarantine, plan, 0, "bad", [8, 9])
+    manifest = with_outbox(manifest, Outbox(normalise(quarantine), False, q_staged))
+    ours, status = commit_batch(table, plan.key, 0, staged, manifest)
+    assert ours and status.committed
+    path, _ = _record(table, plan)
+    os.remove(path)  # as if the committer died at before_record
+    report = audit_table(table)
+    assert "record_missing" in _kind_set(report)
+    about = [f for f in report.errors if f.batch_key == plan.batch_key and "quarantine" in f.message]
+    assert about, f"verify is silent about the undelivered rejects: {report.findings}"
+    assert main(["verify", table]) == 1
+    capsys.readouterr()
+
+
+def test_a_delete_before_a_log_cleanup_is_not_hidden_by_a_foreign_append_still_in_the_log(
+    table: str, loaded: dict[str, Plan], capsys: Any
+) -> None:
+    """Batch 22's five rows deleted, the log cleaned (the DELETE's commit gone), then another
+    writer appends five rows and an OPTIMIZE folds them with batch files; both of those
+    commits are in the log, so the appended rows are known to be the other writer's. The
+    check counts every folded row as of unknown origin and lets them stand in for the deleted
+    batch rows: exit 0 with 5 rows lost (the documented limit needs the append past the log's
+    retention as well)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    DeltaTable(table).delete("seq >= 20 AND seq < 25")
+    _forget_the_log(table)
+    theirs = pa.table({"seq": pa.array([900, 901, 902, 903, 904], pa.int64()), "src": ["theirs"] * 5})
+    write_deltalake(table, theirs, mode="append")
+    DeltaTable(table).optimize.compact()
+    seqs = set(DeltaTable(table).to_pyarrow_table().column("seq").to_pylist())
+    assert not seqs & set(range(20, 25)), "the premise: batch 22's rows are gone"
+    report = audit_table(table)
+    assert not report.ok, f"5 rows of batch 22 are lost and verify passes: {report.findings}"
+    assert main(["verify", table]) == 1
+    capsys.readouterr()
+
+
+# -- 2. false positives on healthy tables ---------------------------------------------------
+def test_optimize_log_cleanup_append_optimize_is_a_healthy_table(
+    table: str, loaded: dict[str, Plan], capsys: Any
+) -> None:
+    """Another writer's maintenance only: OPTIMIZE, a checkpoint and log cleanup, an append of
+    its own rows, OPTIMIZE again (which rewrites the first OPTIMIZE's output with the appended
+    file). No row is lost or doubled, but the batch rows held by the second OPTIMIZE's output
+    are no longer "of unknown origin" (its add is in the log) and no longer count for the
+    batches whose files the first OPTIMIZE removed: row_total_mismatch, exit 1."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    before = sorted(DeltaTable(table).to_pyarrow_table().column("seq").to_pylist())
+    DeltaTable(table).optimize.compact()
+    _forget_the_log(table)
+    theirs = pa.table({"seq": pa.array([900, 901], pa.int64()), "src": ["theirs"] * 2})
+    write_deltalake(table, theirs, mode="append")
+    DeltaTable(table).optimize.compact()
+    after = sorted(DeltaTable(table).to_pyarrow_table().column("seq").to_pylist())
+    assert after == sorted([*before, 900, 901]), "the premise: every row once, theirs added"
+    report = audit_table(table)
+    assert report.ok, _errors(report)
+    assert main(["verify", table]) == 0
+    capsys.readouterr()
+
+
+# -- 3. retry classification ----------------------------------------------------------------
+def test_two_first_loads_racing_to_create_the_table_do_not_end_the_loser_at_once(
+    table: str, monkeypatch: Any
+) -> None:
+    """Two first loads of a new table (a parallel backfill): B reads "no table yet", then A
+    creates the table and binds the plan log to its id, then B checks the binding against the
+    "no table" it read. B gets UnsupportedTableError ("dropped and re-created?"), which since
+    c3bf463 ends the task at once (AirflowFailException), though a plain retry asks again,
+    finds A's table and loads B's batch. The loser must go on (or fail retryably)."""
+    from airflow_eod.core import commit as commit_mod
+    from airflow_eod.core.errors import EodError
+
+    a, b = _plan(table, 20), _plan(table, 21)
+    staged_a, staged_b = stage_rows(table, a, 0, "a", [1, 2]), stage_rows(table, b, 0, "b", [3, 4])
+    real = commit_mod.open_table
+    state = {"raced": False}
+
+    def open_then_lose_the_race(path: str) -> Any:
+        got = real(path)
+        if got is None and not state["raced"]:
+            state["raced"] = True  # A's whole first load runs between B's two reads
+            assert commit_batch(table, a.key, 0, *staged_a)[0]
+        return got
+
+    monkeypatch.setattr(commit_mod, "open_table", open_then_lose_the_race)
+    try:
+        ours, status = commit_batch(table, b.key, 0, *staged_b)
+    except EodError as exc:
+        assert exc.retryable, f"a lost creation race ends the task at once: {type(exc).__name__}: {exc}"
+    else:
+        assert ours and status.committed
+    assert state["raced"]
+
+
+def test_a_record_edited_to_list_a_copy_its_commit_never_added_is_an_error(
+    table: str, loaded: dict[str, Plan], capsys: Any
+) -> None:
+    """A copy of batch 21's file, put beside it in its own attempt directory and appended by
+    another writer, then batch 21's commit record edited (checksum recomputed, as the existing
+    tests do) to list the copy and 10 rows. The record's commit is still in the log and added
+    one file with a manifest of 5 rows, but verify checks only that the commit carries the
+    marker: the copy is "listed by its own batch", so it is not compared, and the rows add up."""
+    from tests.test_verify import _rewrite_record
+
+    plan = loaded["21"]
+    path, body = _record(table, plan)
+    original = body["files"][0]
+    copy = original.replace("part-0.parquet", "part-1.parquet")
+    shutil.copy(os.path.join(table, original), os.path.join(table, copy))
+    _append(table, copy, stats=file_stats(os.path.join(table, copy))[1])
+
+    def list_the_copy(b: dict[str, Any]) -> None:
+        b["files"] = sorted([original, copy])
+        b["manifest"]["rows"] = 10
+
+    _rewrite_record(path, list_the_copy)
+    seqs = DeltaTable(table).to_pyarrow_table().column("seq").to_pylist()
+    assert sorted(s for s in seqs if 10 <= s < 15) == sorted(list(range(10, 15)) * 2), "premise: twice"
+    report = audit_table(table)
+    assert not report.ok, f"batch 21's rows are visible twice and verify passes: {report.findings}"
+    assert main(["verify", table]) == 1
+    capsys.readouterr()
+
+
+def test_a_commit_that_a_log_cleanup_removes_while_it_is_read_is_not_called_unparseable(
+    table: str, monkeypatch: Any
+) -> None:
+    """When the log is read through deltalake and that read fails (a concurrent log cleanup
+    removed a commit it listed), ``_unparseable`` looks for a commit that is not JSON; a commit
+    file the cleanup removed between its listing and its opening raises FileNotFoundError,
+    which it reports as "is not a Delta commit: a line of it is not JSON", and the error
+    becomes UnsupportedTableError: the task ends at once (c3bf463) on a race a retry passes."""
+    from airflow_eod.core import delta_log
+
+    _load(table, _plan(table, 20), [1, 2])
+    vanished = f"{1:020d}.json"  # listed, then removed by the cleanup before it was opened
+    real_listdir = os.listdir
+
+    def listing_with_a_vanished_commit(path: Any) -> list[str]:
+        names = real_listdir(path)
+        return [*names, vanished] if str(path).endswith("_delta_log") else names
+
+    def deltalake_fails(*_: Any, **__: Any) -> Any:
+        raise OSError(f"Generic LocalFileSystem error: Object at location _delta_log/{vanished} not found")
+
+    monkeypatch.setattr(delta_log.os, "listdir", listing_with_a_vanished_commit)
+    monkeypatch.setattr(delta_log, "DeltaTable", deltalake_fails)
+    with pytest.raises(Exception) as got:
+        delta_log._from_deltalake(table)
+    assert getattr(got.value, "retryable", True), f"{type(got.value).__name__}: {got.value}"
+    assert "not JSON" not in str(got.value)

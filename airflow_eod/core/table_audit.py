@@ -264,6 +264,21 @@ class _Audit:
         if b.marker is not None and b.marker < gen:
             why = f"is of generation {gen}, but the table's marker is at generation {b.marker}"
             self.add("corrupt_record", b.key, [where], record=where, why=why)
+        landed = self.log.landed.get((b.key.app_id, gen))
+        if carried is not None and version > self.log.checkpoint and landed and landed[0] == version:
+            # The commit is the table's word on what the generation added: a record that
+            # lists other files (a copy, say) or other rows would make them count as its own.
+            body, files = b.records[gen], set(landed[2])
+            extra = sorted(set(body["files"]) - files)
+            if extra or set(body["files"]) < files:
+                listed = len(body["files"])
+                why = f"lists {listed} file(s), but its commit (version {version}) added {len(files)}"
+                shown = f" (e.g. {extra[0]}, which it did not add)" if extra else ""
+                self.add("corrupt_record", b.key, [where, *extra], record=where, why=why + shown)
+            elif landed[1] is not None and body["manifest"].get("rows") != landed[1]:
+                rows = body["manifest"].get("rows")
+                why = f"says {rows} rows, but its commit (version {version}) says {landed[1]}"
+                self.add("corrupt_record", b.key, [where], record=where, why=why)
 
     def _marker_expiring(self, b: _Batch) -> bool:
         """Report a marker older than ``expiry_warning`` of the window; True if it is."""
@@ -378,12 +393,15 @@ class _Audit:
         # Files of replaced generations still on disk (until VACUUM): a copy of one, live under
         # another name, puts the old rows back beside the new generation's.
         replaced = {f: b for b in self.committed() for f in b.old_files if f not in self.live}
-        # A zero-row file shows no row twice (empty batches stage identical empty files).
-        live = [f.path for f in self.live.values() if f.on_disk and f.rows != 0]
+        live = [f.path for f in self.live.values() if f.on_disk]
         for same in same_bytes(self.path, live + sorted(replaced)):
             copies = [f for f in same if f in self.live]
             if all(f in owned for f in copies):
                 continue  # each is listed by its own batch's record: that is data, not a copy
+            # A zero-row file shows no row twice (empty batches stage identical empty files);
+            # the footer says so, not the statistics, which a copy may carry forged.
+            if file_rows(self.path, same[0], None) == 0:
+                continue
             who = "; ".join(f"{f} ({self.role.get(f, 'of no batch')})" for f in copies)
             batch = next((b.key for b in self.committed() if set(same) & set(b.files)), None)
             if len(copies) > 1:
@@ -404,16 +422,18 @@ class _Audit:
         committed = self.committed()
         carrier = {f for b in committed for f in b.files}  # the files that hold batch rows
         ours = {v for v, txns in self.log.commits.items() if any(BatchKey.from_app_id(a) for a, _ in txns)}
-        folded: list[int | None] = []
+        theirs = [f for f in self.live if not f.startswith(f"{DATA_DIR}/")]
+        folded: dict[str, int | None] = {}
         # Another writer's commit that rewrote files holding batch rows (OPTIMIZE, DELETE,
         # MERGE, or a rewrite of such a rewrite) holds their rows in its output, in place of
         # its inputs: only the other writers' rows it folded in count as theirs.
         for v, (added, removed) in sorted(self.log.changes.items()):
             if v not in ours and carrier & set(removed):
                 carrier.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
-                theirs = [f for f in removed if f not in carrier and not f.startswith(f"{DATA_DIR}/")]
-                folded += [file_rows(self.path, f, self.log.adds.get(f, (0, True, None))[2]) for f in theirs]
-        others = [self.rows[f] for f in self.live if f not in carrier and not f.startswith(f"{DATA_DIR}/")]
+                for f in removed:
+                    if f not in carrier and not f.startswith(f"{DATA_DIR}/"):
+                        folded[f] = file_rows(self.path, f, self.log.adds.get(f, (0, True, None))[2])
+        others = [self.rows[f] for f in theirs if f not in carrier]
         unknown = [b for b in committed if b.rows is None]
         # A batch without a recorded count whose files are all live is left out of the count
         # (its files with it); one whose files moved has rows in files the count cannot split.
@@ -421,7 +441,7 @@ class _Audit:
         left_out = {f for b in unknown for f in b.files}
         if (
             None in self.rows.values()
-            or None in folded
+            or None in folded.values()
             or None in others
             or None in self.unseen_rows
             or moved
@@ -434,20 +454,53 @@ class _Audit:
             self.add("rows_unknown", None, what=what, scope="leaves them and their files out")
         total = sum(r or 0 for f, r in self.rows.items() if f not in left_out)
         recorded = sum(b.rows or 0 for b in committed)
-        other = sum(r or 0 for r in others + folded)
+        other = sum(r or 0 for r in [*others, *folded.values()])
         # Batch rows whose files a commit no longer in the log removed are, if that commit was
-        # a compaction, in live files whose origin the log no longer shows: count them there.
-        # Only as many as such files hold: the rest left the table.
+        # a compaction, in files that are counted as other writers' now: only in those whose
+        # origin the log no longer shows, or in the output of a later rewrite of such files.
+        # Only as many as those can hold are counted there; the rest left the table.
         unseen = sum(r or 0 for r in self.unseen_rows)
-        origin_unknown = sum(
-            self.rows[f] or 0
-            for f in self.live
-            if f not in carrier and not f.startswith(f"{DATA_DIR}/") and f not in self.log.adds
-        ) + sum(r or 0 for r in folded)
-        other -= min(unseen, origin_unknown)
+        if unseen:
+            cap = self._unseen_capacity(ours, list(folded))
+            held = sum(cap.get(f, 0) for f in theirs if f not in carrier) + sum(cap.get(f, 0) for f in folded)
+            other -= min(unseen, held)
         say: dict[str, Any] = dict(total=total, batches=len(committed), recorded=recorded, others=other)
         if diff := total - recorded - other:
             self.add("row_total_mismatch", None, diff=abs(diff), more=("fewer", "more")[diff > 0], **say)
+
+    def _unseen_capacity(self, ours: set[int], folded: list[str]) -> dict[str, int]:
+        """Other writers' files -> how many of their rows may be batch rows that a commit no
+        longer in the log moved there: all rows of a file whose add has left the log, and, for
+        a later rewrite in the log, as many as its inputs could hold (at most its output)."""
+
+        def rows_of(f: str) -> int | None:
+            if f in self.live:
+                return self.rows[f]
+            return file_rows(self.path, f, self.log.adds[f][2] if f in self.log.adds else None)
+
+        def capacity(f: str) -> int:
+            if f in cap:
+                return cap[f]
+            if f.startswith(f"{DATA_DIR}/") or f in self.log.adds:
+                return 0
+            rows = rows_of(f)
+            return -1 if rows is None else rows  # -1: unknown, bounded by the output below
+
+        cap: dict[str, int] = {}
+        for v, (added, removed) in sorted(self.log.changes.items()):
+            outs = [f for f in added if not f.startswith(f"{DATA_DIR}/")]
+            inputs = [capacity(f) for f in removed]
+            if v in ours or not outs or not any(inputs):
+                continue
+            counts = [rows_of(f) for f in outs]
+            out_rows = sum(r or 0 for r in counts)
+            held = out_rows if -1 in inputs or None in counts else min(out_rows, sum(inputs))
+            cap.update(dict.fromkeys(outs, 0))
+            cap[outs[0]] = held  # the outputs together; which one holds them does not matter
+        for f in [*self.live, *folded]:
+            if f not in cap:
+                cap[f] = max(capacity(f), 0)
+        return cap
 
     # -- the quarantine table ------------------------------------------------------------
     def check_quarantine(self) -> None:
@@ -455,7 +508,12 @@ class _Audit:
         held: dict[str, dict[BatchKey, int] | None] = {}
         for b in self.committed():
             record = b.records.get(b.generation) if b.generation is not None else None
-            box = ((record or {}).get("manifest", {}).get("extra") or {}).get("quarantine")
+            # The record's manifest, or, when its committer died before the record, the
+            # manifest of the commit in the log: the outbox rides in both.
+            extra = (record or {}).get("manifest", {}).get("extra")
+            if extra is None and b.generation is not None:
+                extra = self.log.extras.get((b.key.app_id, b.generation))
+            box = (extra or {}).get("quarantine")
             if not isinstance(box, dict):
                 continue
             staged = (box.get("staged") or {}).get("files") or []

@@ -7,6 +7,7 @@ import json
 import os
 
 from airflow_eod.core.atomic_file import put_if_absent
+from airflow_eod.core.delta_log import read_log
 from airflow_eod.core.errors import PlanLogError, UnsupportedTableError
 from airflow_eod.core.table_layout import META_DIR
 
@@ -41,6 +42,8 @@ def check_table_identity(table_path: str, table_id: str | None) -> None:
             check_table_identity(table_path, table_id)  # a racer may have bound another id
         return
     if bound != table_id:
+        if table_id is None and _created_since(table_path, bound):
+            return  # a racing first load created the table after the caller looked: ask again
         now = "no Delta table" if table_id is None else f"table {table_id}"
         raise UnsupportedTableError(
             f"the plan log in {os.path.join(table_path, META_DIR)} belongs to table {bound}, and "
@@ -48,3 +51,12 @@ def check_table_identity(table_path: str, table_id: str | None) -> None:
             "this table. Move the _eod directory aside to start every pipeline of this table "
             "afresh (see the runbook, 'a table dropped and re-created')"
         )
+
+
+def _created_since(table_path: str, bound: str) -> bool:
+    """Whether the table the plan log is bound to is there now. The caller saw no table; a
+    racing first load may have created and bound it since (a parallel backfill): that is
+    no dropped table, and the caller's next look finds it."""
+    table = read_log(table_path)
+    return table is not None and str(table.metadata().id) == bound
+

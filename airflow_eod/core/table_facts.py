@@ -129,6 +129,7 @@ class LogFacts:
     :param landed: (appId, version) -> (commit version, manifest rows, files it added).
     :param operations: version -> the commit's ``commitInfo.operation`` (``WRITE``, ``DELETE``...).
     :param changes: version -> (the files it added, the files it removed).
+    :param extras: (appId, version) -> the ``extra`` of the manifest of the commit that set it.
     """
 
     checkpoint: int = -1
@@ -139,6 +140,7 @@ class LogFacts:
     landed: dict[tuple[str, int], tuple[int, int | None, list[str]]] = field(default_factory=dict)
     operations: dict[int, str] = field(default_factory=dict)
     changes: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
+    extras: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
 
 
 def _parts(name: str) -> int:
@@ -201,6 +203,8 @@ def read_log_facts(table_path: str, version: int) -> LogFacts:
         out.commits[v], out.changes[v] = txns, (adds, removes)
         for txn_key in txns:
             out.landed[txn_key] = (v, manifest.rows if manifest else None, sorted(adds))
+            if manifest is not None:
+                out.extras[txn_key] = dict(manifest.extra)
     return out
 
 
