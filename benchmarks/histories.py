@@ -276,7 +276,7 @@ class LandingHistory(History):
             with open(path, "w") as fh:
                 fh.write(f"seq\n{n}\n")
         t0 = time.perf_counter()
-        # As DeltaLoadOperator.execute calls it: a fresh plan log and the ask as is_committed.
+        # As BaseDeltaLoadOperator.execute calls it: a fresh plan log and the ask as is_committed.
         plan = self.source.plan(
             PlanLog(self.table, self.pipeline),
             self.ctx,

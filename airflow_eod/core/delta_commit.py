@@ -155,7 +155,3 @@ def write_checkpoint(table_path: str, version: int, configuration: dict[str, str
         log.warning(
             "could not checkpoint %s at version %d (the next commit retries): %s", table_path, version, exc
         )
-
-
-def commit_exists(table_path: str, version: int) -> bool:
-    return os.path.exists(commit_path(table_path, version))

@@ -77,14 +77,6 @@ class Plan:
     def input_fingerprint(self) -> str:
         return fingerprint({"boundary": self.boundary, "inputs": self.inputs})
 
-    def to_json(self) -> str:
-        """The plan as JSON: what a submitted Spark driver receives."""
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Plan:
-        return cls(**json.loads(text))
-
 
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat()

@@ -43,10 +43,6 @@ class LoadResult:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LoadResult:
-        return cls(**data)
-
 
 def result_from_status(table_uri: str, status: BatchStatus, outcome: str) -> LoadResult:
     """The load result the table stands behind, built from the ask's answer."""

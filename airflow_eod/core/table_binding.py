@@ -59,4 +59,3 @@ def _created_since(table_path: str, bound: str) -> bool:
     no dropped table, and the caller's next look finds it."""
     table = read_log(table_path)
     return table is not None and str(table.metadata().id) == bound
-

@@ -17,7 +17,6 @@ import subprocess
 import sys
 
 DAG_FILE = "eod_landing_files_example.py"
-DAG_ID = "eod_landing_files_example"
 TASK_ID = "load_orders"
 
 

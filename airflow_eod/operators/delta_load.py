@@ -84,7 +84,7 @@ def _as_bool(value: Any) -> bool:
     raise ConfigurationError(f"restate must be true or false, not {value!r}")
 
 
-class DeltaLoadOperator(BaseOperator):
+class BaseDeltaLoadOperator(BaseOperator):
     """Base of the load operators: everything but the source.
 
     :param table_uri: the target Delta table (templated).

@@ -9,21 +9,21 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.operators.delta_load import DeltaLoadOperator
+from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
 from airflow_eod.sources.base import Credentials
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 
 _URL_SCHEMES = {"postgres": "postgresql", "postgresql": "postgresql"}
 
 
-class JdbcToDeltaOperator(DeltaLoadOperator):
+class JdbcToDeltaOperator(BaseDeltaLoadOperator):
     """Load rows of a database table into a Delta table exactly once, with Spark over JDBC.
 
     An offset batch is the key range ``(low, high]``, ``high`` read once at planning; an
     interval batch is ``data_interval_start <= key < data_interval_end``. Credentials come
     from the Airflow connection and appear in no log, XCom, plan or commit. Arguments
     shared by every load operator are described on
-    :class:`~airflow_eod.operators.delta_load.DeltaLoadOperator`.
+    :class:`~airflow_eod.operators.delta_load.BaseDeltaLoadOperator`.
 
     :param jdbc_conn_id: an Airflow connection with host, port, schema (the database),
         login and password; ``extra`` may hold ``jdbc_url`` and ``driver``.
@@ -36,7 +36,7 @@ class JdbcToDeltaOperator(DeltaLoadOperator):
     :param boundary: ``offsets`` or ``interval``.
     """
 
-    template_fields: Sequence[str] = (*DeltaLoadOperator.template_fields, "source_table")
+    template_fields: Sequence[str] = (*BaseDeltaLoadOperator.template_fields, "source_table")
 
     def __init__(
         self,

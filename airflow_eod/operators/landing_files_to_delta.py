@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_eod.operators.delta_load import DeltaLoadOperator
+from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
 from airflow_eod.sources.landing_files import LandingFilesSource
 
 
-class LandingFilesToDeltaOperator(DeltaLoadOperator):
+class LandingFilesToDeltaOperator(BaseDeltaLoadOperator):
     """Load the files of a landing directory into a Delta table exactly once, with Spark.
 
     The batch is planned (frozen in the plan log beside the table) before anything is
@@ -17,7 +17,7 @@ class LandingFilesToDeltaOperator(DeltaLoadOperator):
     Spark write, and the files, the ``txn`` marker and the manifest land in one Delta
     commit. However the attempt ends, the table decides the outcome. Arguments shared by
     every load operator are described on
-    :class:`~airflow_eod.operators.delta_load.DeltaLoadOperator`.
+    :class:`~airflow_eod.operators.delta_load.BaseDeltaLoadOperator`.
 
     :param landing_path: the landing directory (templated).
     :param file_format: ``csv``, ``json`` or ``parquet``.
@@ -32,7 +32,7 @@ class LandingFilesToDeltaOperator(DeltaLoadOperator):
     """
 
     template_fields: Sequence[str] = (
-        *DeltaLoadOperator.template_fields,
+        *BaseDeltaLoadOperator.template_fields,
         "landing_path",
         "schema",
         "read_options",
