@@ -12,15 +12,14 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.options import ENGINES, SCHEMA_POLICIES, choice
 from airflow_eod.core.plan_log import Plan
-from airflow_eod.core.table_check import SCHEMA_FAIL, SCHEMA_POLICIES
+from airflow_eod.core.table_check import SCHEMA_FAIL
 from airflow_eod.core.table_layout import normalise
 
 if TYPE_CHECKING:
     from airflow_eod.core.load_flow import FrozenBatch
     from airflow_eod.sources.base import Source
-
-ENGINES = ("delta-rs", "delta-spark")
 
 
 @dataclass
@@ -59,10 +58,8 @@ class LoadSpec:
     quarantine_table_uri: str | None = None
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ConfigurationError(f"engine {self.engine!r} is not one of {ENGINES}")
-        if self.schema_drift not in SCHEMA_POLICIES:
-            raise ConfigurationError(f"schema_drift {self.schema_drift!r} is not one of {SCHEMA_POLICIES}")
+        choice("engine", self.engine, ENGINES)
+        choice("schema_drift", self.schema_drift, SCHEMA_POLICIES)
         if self.engine == "delta-spark" and (self.restate or self.quarantine_table_uri):
             raise ConfigurationError("restatement and quarantine need engine='delta-rs'")
         if self.quarantine_table_uri and normalise(self.quarantine_table_uri) == normalise(self.table_uri):

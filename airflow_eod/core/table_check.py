@@ -85,7 +85,6 @@ def _strip(t: Any) -> Any:
 
 SCHEMA_FAIL = "fail"
 SCHEMA_ADD_COLUMNS = "add_columns"
-SCHEMA_POLICIES = (SCHEMA_FAIL, SCHEMA_ADD_COLUMNS)
 
 
 def schema_differences(table_schema_json: str, batch_schema_json: str) -> list[str]:

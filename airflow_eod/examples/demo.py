@@ -88,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    print(
+        f"demo: the first try of {TASK_ID} crashes ON PURPOSE right after its commit "
+        "(EOD_FAULTPOINTS=after_commit=raise@1): the InjectedFault traceback below is expected. "
+        "Its retry asks the table, finds the batch, and writes nothing.",
+        flush=True,
+    )
     dag_run = module.dag.test()
 
     from airflow_eod.checker import compare_table_with_landing

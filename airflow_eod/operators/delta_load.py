@@ -21,6 +21,16 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, decide_submitted, load_batch
 from airflow_eod.core.load_spec import LoadSpec
+from airflow_eod.core.options import (
+    ENGINES,
+    EXECUTION_MODES,
+    SCHEMA_POLICIES,
+    Engine,
+    Execution,
+    SchemaDrift,
+    check_table_uri,
+    choice,
+)
 from airflow_eod.core.result import LoadResult
 from airflow_eod.core.table_layout import local_path
 from airflow_eod.operators.run_context import (
@@ -34,7 +44,6 @@ from airflow_eod.sources.base import Credentials, ReadContext, Source
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-EXECUTION_MODES = ("local", "submit")
 SPECS_DIR = os.path.join("_eod", "specs")
 
 
@@ -144,24 +153,29 @@ class BaseDeltaLoadOperator(BaseOperator):
         pipeline_id: str | None = None,
         partition_by: Sequence[str] | None = None,
         transform: str | Callable[[DataFrame], DataFrame] | None = None,
-        engine: str = "delta-rs",
+        engine: Engine = "delta-rs",
         spark_conf: dict[str, str] | None = None,
         table_configuration: dict[str, str] | None = None,
         restate: bool | str = False,
         restate_batch_key: str | None = None,
-        schema_drift: str = "fail",
+        schema_drift: SchemaDrift = "fail",
         quarantine_table_uri: str | None = None,
         interval_start: str | datetime | None = None,
         interval_end: str | datetime | None = None,
-        execution: str = "local",
+        execution: Execution = "local",
         spark_conn_id: str = "spark_default",
         jars: str | None = None,
         submit_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if execution not in EXECUTION_MODES:
-            raise ConfigurationError(f"execution {execution!r} is not one of {EXECUTION_MODES}")
+        # What can be checked without running is checked here, when the DAG is parsed: a
+        # typo is an import error in the UI, not three failed tries.
+        choice("execution", execution, EXECUTION_MODES)
+        choice("engine", engine, ENGINES)
+        choice("schema_drift", schema_drift, SCHEMA_POLICIES)
+        check_table_uri("table_uri", table_uri)
+        check_table_uri("quarantine_table_uri", quarantine_table_uri)
         if execution == "submit" and callable(transform):
             raise ConfigurationError(
                 "execution='submit' cannot ship a callable transform to a driver on a cluster: "

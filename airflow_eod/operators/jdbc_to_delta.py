@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, Boundary, KeyType, choice
 from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
 from airflow_eod.sources.base import Credentials
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
@@ -44,14 +45,18 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
         jdbc_conn_id: str,
         source_table: str,
         key_column: str,
-        key_type: str = "integer",
+        key_type: KeyType = "integer",
         columns: Sequence[str] | None = None,
         max_rows_per_batch: int | None = None,
         num_partitions: int = 1,
-        boundary: str = "offsets",
+        boundary: Boundary = "offsets",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        choice("key_type", key_type, KEY_TYPES)
+        choice("boundary", boundary, BOUNDARIES)
+        if boundary == "interval" and key_type != "timestamp":
+            raise ConfigurationError("boundary='interval' needs a timestamp key (key_type='timestamp')")
         self.jdbc_conn_id = jdbc_conn_id
         self.source_table = source_table
         self.key_column = key_column

@@ -5,6 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_eod.core.options import (
+    BOUNDARIES,
+    FORMATS,
+    Boundary,
+    FileFormat,
+    check_partition_columns,
+    choice,
+    ddl_columns,
+    is_template,
+)
 from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
 from airflow_eod.sources.landing_files import LandingFilesSource
 
@@ -42,16 +52,23 @@ class LandingFilesToDeltaOperator(BaseDeltaLoadOperator):
         self,
         *,
         landing_path: str,
-        file_format: str = "csv",
+        file_format: FileFormat = "csv",
         schema: str | None = None,
         read_options: dict[str, str] | None = None,
         pattern: str = "*",
-        boundary: str = "offsets",
+        boundary: Boundary = "offsets",
         max_files_per_batch: int | None = None,
         max_bytes_per_batch: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        choice("file_format", file_format, FORMATS)
+        choice("boundary", boundary, BOUNDARIES)
+        if schema and not is_template(schema):
+            columns = ddl_columns("schema", schema)
+            # A transform may add or rename columns: then the schema is not the table's.
+            if self.transform is None:
+                check_partition_columns(self.partition_by, columns)
         self.landing_path = landing_path
         self.file_format = file_format
         self.schema = schema

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
 from airflow_eod.core.offset_history import OffsetHistory
+from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, choice
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.sources.base import ReadContext
@@ -31,7 +32,6 @@ from airflow_eod.sources.base import ReadContext
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-KEY_TYPES = ("integer", "timestamp")
 # java.sql.Types.TIMESTAMP and TIMESTAMP_WITH_TIMEZONE
 _JDBC_TIMESTAMPS = (93, 2014)
 
@@ -153,10 +153,8 @@ class JdbcIncrementalSource:
             raise ConfigurationError(
                 "the JDBC URL must not carry user or password; use an Airflow connection"
             )
-        if self.key_type not in KEY_TYPES:
-            raise ConfigurationError(f"key_type {self.key_type!r} is not one of {KEY_TYPES}")
-        if self.boundary not in ("offsets", "interval"):
-            raise ConfigurationError(f"boundary {self.boundary!r} is not 'offsets' or 'interval'")
+        choice("key_type", self.key_type, KEY_TYPES)
+        choice("boundary", self.boundary, BOUNDARIES)
         if self.boundary == "interval" and self.key_type != "timestamp":
             raise ConfigurationError("boundary='interval' needs a timestamp key (key_type='timestamp')")
         if self.num_partitions < 1 or (self.max_rows_per_batch is not None and self.max_rows_per_batch < 1):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
 from airflow_eod.core.offset_history import OffsetHistory
+from airflow_eod.core.options import BOUNDARIES, FORMATS, choice
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.sources.base import ReadContext
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("csv", "json", "parquet")
-BOUNDARIES = ("offsets", "interval")
 # Spark's defaults make malformed CSV/JSON rows silently null. With a schema, records are
 # read PERMISSIVE into a corrupt-record column and counted (spark/bad_records.py); without
 # one there is no such column, so the read fails on the first malformed record instead.
@@ -77,10 +76,8 @@ class LandingFilesSource:
     max_bytes_per_batch: int | None = None
 
     def __post_init__(self) -> None:
-        if self.file_format not in FORMATS:
-            raise ConfigurationError(f"file_format {self.file_format!r} is not one of {FORMATS}")
-        if self.boundary not in BOUNDARIES:
-            raise ConfigurationError(f"boundary {self.boundary!r} is not one of {BOUNDARIES}")
+        choice("file_format", self.file_format, FORMATS)
+        choice("boundary", self.boundary, BOUNDARIES)
         for name in ("max_files_per_batch", "max_bytes_per_batch"):
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -1,0 +1,166 @@
+"""The operators' enumerated options, and the checks that need no Spark, no table and no
+source, so that they run when a DAG file is parsed.
+
+A typo in an option, a schema that does not parse, a table URI of a scheme this release
+cannot write or a partition column the schema does not have would otherwise fail every try
+of the task, one after another. Checked here, it is an import error of the DAG in the UI.
+A value that is still a Jinja template is checked when it is rendered, at run time.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, get_args
+
+from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.table_layout import local_path
+
+Engine = Literal["delta-rs", "delta-spark"]
+SchemaDrift = Literal["fail", "add_columns"]
+Boundary = Literal["offsets", "interval"]
+FileFormat = Literal["csv", "json", "parquet"]
+KeyType = Literal["integer", "timestamp"]
+Execution = Literal["local", "submit"]
+
+ENGINES: tuple[str, ...] = get_args(Engine)
+SCHEMA_POLICIES: tuple[str, ...] = get_args(SchemaDrift)
+BOUNDARIES: tuple[str, ...] = get_args(Boundary)
+FORMATS: tuple[str, ...] = get_args(FileFormat)
+KEY_TYPES: tuple[str, ...] = get_args(KeyType)
+EXECUTION_MODES: tuple[str, ...] = get_args(Execution)
+
+
+def choice(name: str, value: Any, allowed: tuple[str, ...]) -> Any:
+    """``value`` if it is one of ``allowed``; a :class:`ConfigurationError` naming the option
+    and the choices otherwise."""
+    if value not in allowed:
+        raise ConfigurationError(f"{name} {value!r} is not one of {allowed}")
+    return value
+
+
+def is_template(value: Any) -> bool:
+    """Whether ``value`` is rendered by Jinja before the task runs (checked then, not now)."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+def check_table_uri(name: str, uri: Any) -> None:
+    """A table URI this release can write: a local or shared-filesystem path, or ``file://``."""
+    if uri is None or is_template(uri):
+        return
+    if not isinstance(uri, str) or not uri.strip():
+        raise ConfigurationError(f"{name} must be a path or a file:// URI, not {uri!r}")
+    try:
+        local_path(uri)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{name}: {exc}") from None
+
+
+# -- Spark DDL, parsed without a JVM ------------------------------------------------------
+# The type names Spark's DDL parser takes (case-insensitive); parametrised and nested types
+# are checked for their brackets and their element types.
+_SIMPLE = {
+    "boolean", "tinyint", "byte", "smallint", "short", "int", "integer", "bigint", "long",
+    "float", "real", "double", "string", "binary", "date", "timestamp", "timestamp_ntz",
+    "timestamp_ltz", "void", "variant",
+}  # fmt: skip
+_SIZED = {"decimal", "dec", "numeric", "varchar", "char", "character"}
+_NAME = re.compile(r"\s*(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)\s*:?\s*")
+
+
+def _split(text: str, sep: str = ",") -> list[str]:
+    """``text`` split at ``sep`` outside brackets, quotes and backticks."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"an unmatched {ch!r}")
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth or quote:
+        raise ValueError("an unclosed bracket or quote")
+    parts.append(text[start:])
+    return parts
+
+
+def _field(text: str) -> tuple[str, str]:
+    """``(name, type)`` of ``name [:] TYPE [NOT NULL] [COMMENT '...']``."""
+    m = _NAME.match(text)
+    if m is None:
+        raise ValueError(f"{text.strip()!r} does not start with a column name")
+    name = m.group(1).strip("`").replace("``", "`")
+    rest = re.sub(r"(?is)\s+comment\s+(['\"]).*\1\s*$", "", text[m.end() :].strip())
+    rest = re.sub(r"(?i)\s+not\s+null\s*$", "", rest).strip()
+    if not rest:
+        raise ValueError(f"column {name!r} has no type")
+    return name, rest
+
+
+def _check_type(text: str) -> None:
+    t = text.strip()
+    low = t.lower()
+    head = re.match(r"[a-z_]+", low)
+    if head is None:
+        raise ValueError(f"{t!r} is not a type")
+    word, tail = head.group(0), t[head.end() :].strip()
+    if word == "interval":
+        return  # INTERVAL YEAR TO MONTH, INTERVAL DAY TO SECOND ...: many spellings, all fine
+    if word in _SIMPLE and not tail:
+        return
+    if word in _SIZED and (not tail or re.fullmatch(r"\(\s*\d+\s*(,\s*\d+\s*)?\)", tail)):
+        return
+    if word in ("array", "map", "struct") and tail.startswith("<") and tail.endswith(">"):
+        inner = tail[1:-1]
+        if word == "array":
+            _check_type(inner)
+        elif word == "map":
+            kv = _split(inner)
+            if len(kv) != 2:
+                raise ValueError(f"{t!r}: a map needs a key type and a value type")
+            for part in kv:
+                _check_type(part)
+        elif inner.strip():
+            _check_fields(inner)
+        return
+    raise ValueError(f"{t!r} is not a Spark SQL type")
+
+
+def _check_fields(text: str) -> list[str]:
+    names: list[str] = []
+    for part in _split(text):
+        if not part.strip():
+            raise ValueError("an empty column (two commas in a row, or a trailing comma)")
+        name, type_text = _field(part)
+        _check_type(type_text)
+        if name.lower() in (n.lower() for n in names):
+            raise ValueError(f"column {name!r} twice")
+        names.append(name)
+    return names
+
+
+def ddl_columns(name: str, ddl: str) -> list[str]:
+    """The top-level column names of the Spark DDL schema ``ddl``.
+
+    :raises ConfigurationError: when it does not parse, naming the option and the cause.
+    """
+    try:
+        return _check_fields(ddl)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} {ddl!r} is not a Spark DDL schema: {exc}") from None
+
+
+def check_partition_columns(partition_by: list[str], columns: list[str] | None) -> None:
+    """Partition columns that the (declared) schema has."""
+    if columns is None:
+        return
+    known = {c.lower() for c in columns}
+    missing = [c for c in partition_by if not is_template(c) and c.lower() not in known]
+    if missing:
+        raise ConfigurationError(f"partition_by {missing} are not columns of the schema {columns}")
