@@ -37,4 +37,10 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_eod.sensors.delta_batch"],
             }
         ],
+        "triggers": [
+            {
+                "integration-name": "Delta Lake exactly-once loads",
+                "python-modules": ["airflow_eod.triggers.delta_batch"],
+            }
+        ],
     }

@@ -33,7 +33,7 @@ from airflow_eod.core.options import (
 )
 from airflow_eod.core.result import LoadResult
 from airflow_eod.core.table_layout import local_path
-from airflow_eod.operators.run_context import (
+from airflow_eod.run_context import (
     data_interval_for,
     pipeline_id_for,
     run_token_for,

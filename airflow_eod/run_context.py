@@ -1,6 +1,9 @@
 """What an operator takes from the Airflow context: pipeline id, run token, data interval.
 
 Shared by every operator and sensor so that they all derive batch identity the same way.
+It reads the context as a plain mapping and imports nothing from Airflow, so it sits beside
+the operators and sensors packages rather than in either: the sensor does not import from
+the operators package.
 """
 
 from __future__ import annotations
