@@ -27,11 +27,13 @@ demo: check-java $(STAMP)
 test: check-java $(STAMP)
 	$(BIN)/ruff check airflow_eod dags tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_eod dags tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Benchmarks (benchmarks/README.md): `make bench` runs the full set, `make bench QUICK=1` a
 # reduced one in minutes; RESUME=1 continues histories an interrupted run left behind.

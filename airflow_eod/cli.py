@@ -1,7 +1,7 @@
 """The ``airflow-eod`` console script: what a runbook or a shell script asks of a table.
 
 ``airflow-eod status TABLE`` lists, per pipeline, the committed batches with their
-generation, table version and rows. ``airflow-eod check TABLE --pipeline P --batch K``
+generation, table version and rows. ``airflow-eod ask TABLE --pipeline P --batch K``
 exits 0 when the batch is committed and 1 when it is not. ``airflow-eod verify TABLE``
 audits the table against the guarantee without trusting its writers
 (:mod:`airflow_eod.core.table_audit`) and exits 1 when it finds an error. All exit 2, with
@@ -72,7 +72,7 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check(args: argparse.Namespace) -> int:
+def _ask(args: argparse.Namespace) -> int:
     table = open_table(args.table)
     if table is None:
         # "committed": false would read as "not loaded yet" for a path that holds no table.
@@ -160,14 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     p_status.add_argument("table")
     p_status.add_argument("--json", action="store_true", help="print JSON")
     p_status.set_defaults(func=_status)
-    p_check = sub.add_parser(
-        "check", help="exit 0 if the batch is committed, 1 if not, 2 if there is no table"
+    p_ask = sub.add_parser(
+        "ask", help="ask the table about a batch: exit 0 if it is committed, 1 if not, 2 if there is no table"
     )
-    p_check.add_argument("table")
-    p_check.add_argument("--pipeline", required=True)
-    p_check.add_argument("--batch", required=True)
-    p_check.add_argument("--generation", type=int, default=0)
-    p_check.set_defaults(func=_check)
+    p_ask.add_argument("table")
+    p_ask.add_argument("--pipeline", required=True)
+    p_ask.add_argument("--batch", required=True)
+    p_ask.add_argument("--generation", type=int, default=0)
+    p_ask.set_defaults(func=_ask)
     p_verify = sub.add_parser(
         "verify",
         help="audit the table against the exactly-once guarantee: exit 0 if it holds, 1 on errors "

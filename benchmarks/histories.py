@@ -35,12 +35,13 @@ from deltalake import Schema
 
 from airflow_eod.core import delta_log
 from airflow_eod.core.ask import ask
-from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch
+from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.parquet_stats import file_stats
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_offset_batch
+from airflow_eod.core.staged_files import StagedBatch, StagedFile
 from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.sources.base import Credentials, ReadContext
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource

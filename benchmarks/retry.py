@@ -99,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
             samples[mode].append(float(got["seconds"]))  # type: ignore[arg-type]
         progress(f"rep {rep + 1}/{args.reps} done")
     base = statistics.median(samples["spark-first"])
-    print(f"retry of an already-committed batch, fresh process per run, median of {args.reps} "
-          f"({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)")
+    print(
+        f"retry of an already-committed batch, fresh process per run, median of {args.reps} "
+        f"({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)"
+    )
     print(f"{'mode':<14}{'median s':>10}{'min s':>9}{'max s':>9}{'vs spark first':>16}")
     for mode, values in samples.items():
         med = statistics.median(values)

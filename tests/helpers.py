@@ -10,13 +10,13 @@ from datetime import datetime
 from types import ModuleType
 from typing import Any
 
-from airflow_eod.checker import Comparison, compare_table_with_landing
 from airflow_eod.core.ask import ask
-from airflow_eod.core.load_spec import LoadSpec
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.restatement import plan_restatement
+from airflow_eod.examples.compare import Comparison, compare_table_with_landing
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS
 from airflow_eod.sources.landing_files import LandingFilesSource
+from airflow_eod.spark.load_spec import LoadSpec
 
 ORDERS_DDL = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"
 PIPELINE = "tests.orders"
@@ -110,9 +110,9 @@ def stage_rows(table: str, plan: Plan, generation: int, tag: str, rows: list[int
     import pyarrow.parquet as pq
     from deltalake import Schema
 
-    from airflow_eod.core.commit import StagedBatch, StagedFile
     from airflow_eod.core.manifest import Manifest
     from airflow_eod.core.parquet_stats import file_stats
+    from airflow_eod.core.staged_files import StagedBatch, StagedFile
     from airflow_eod.core.table_layout import attempt_dir
 
     attempt = uuid.uuid4().hex[:16]

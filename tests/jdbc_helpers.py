@@ -6,7 +6,7 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
-from airflow_eod.checker import Comparison, compare_rows, read_delta_rows
+from airflow_eod.examples.compare import Comparison, compare_rows, read_delta_rows
 
 COLUMNS = ["id", "customer", "amount", "created_at"]
 BASE = dt.datetime(2026, 11, 1, 0, 0, 0)

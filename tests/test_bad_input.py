@@ -280,8 +280,8 @@ def test_a_crash_between_the_quarantine_and_the_main_commit_loads_each_once(
 def test_a_schema_widening_load_that_crashes_at_a_boundary_lands_once(
     spark: Any, tmp_path: Any, table: str, point: str
 ) -> None:
-    from airflow_eod.checker import compare_rows, read_delta_rows
     from airflow_eod.core.faults import InjectedFault
+    from airflow_eod.examples.compare import compare_rows, read_delta_rows
 
     landing = str(tmp_path / "pq")
     _parquet(f"{landing}/a.parquet", pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]}))

@@ -27,13 +27,13 @@ def loaded(table: str) -> str:
 
 def test_check_exit_codes(loaded: str, capsys: Any) -> None:
     assert (
-        main(["check", loaded, "--pipeline", "tests.cli", "--batch", "i-20261120T000000Z-20261121T000000Z"])
+        main(["ask", loaded, "--pipeline", "tests.cli", "--batch", "i-20261120T000000Z-20261121T000000Z"])
         == 0
     )
     body = json.loads(capsys.readouterr().out)
     assert body["committed"] is True and body["table_version"] == 0 and body["rows"] == 20
     assert (
-        main(["check", loaded, "--pipeline", "tests.cli", "--batch", "i-20261122T000000Z-20261123T000000Z"])
+        main(["ask", loaded, "--pipeline", "tests.cli", "--batch", "i-20261122T000000Z-20261123T000000Z"])
         == 1
     )
     assert json.loads(capsys.readouterr().out)["committed"] is False

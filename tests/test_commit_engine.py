@@ -17,10 +17,11 @@ from deltalake import DeltaTable, Schema, write_deltalake
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
-from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch
+from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.parquet_stats import file_stats
+from airflow_eod.core.staged_files import StagedBatch, StagedFile
 from airflow_eod.core.table_layout import attempt_dir
 
 BATCH = BatchKey("tests.engine", "i-20261120T000000Z-20261121T000000Z")

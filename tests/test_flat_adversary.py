@@ -47,8 +47,8 @@ def _stage_tagged(table: str, plan: Any, tag: str) -> tuple[Any, Any]:
     import pyarrow.parquet as pq
     from deltalake import Schema
 
-    from airflow_eod.core.commit import StagedBatch, StagedFile
     from airflow_eod.core.parquet_stats import file_stats
+    from airflow_eod.core.staged_files import StagedBatch, StagedFile
 
     staged, manifest = _stage(table, plan)
     f = staged.files[0]
@@ -322,10 +322,10 @@ def test_held_restating_a_batch_in_an_odd_partition_directory_swaps_it_once(
     import pyarrow.parquet as pq
     from deltalake import Schema
 
-    from airflow_eod.checker import read_rows_by_log
-    from airflow_eod.core.commit import StagedBatch, StagedFile
     from airflow_eod.core.parquet_stats import file_stats
+    from airflow_eod.core.staged_files import StagedBatch, StagedFile
     from airflow_eod.core.table_layout import attempt_dir
+    from airflow_eod.examples.compare import read_rows_by_log
 
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
     os.makedirs(landing)
@@ -383,7 +383,7 @@ def test_held_stale_or_dangling_hint_and_a_widened_schema_across_a_checkpoint(tm
     with open(hint, "w") as fh:
         fh.write(good)
     # A widening commit (a new nullable column), then commits past the next checkpoint.
-    from airflow_eod.core.table_check import SCHEMA_ADD_COLUMNS
+    from airflow_eod.core.table_compat import SCHEMA_ADD_COLUMNS
 
     with open(os.path.join(landing, "f00023.csv"), "w") as fh:
         fh.write("seq\n23\n")

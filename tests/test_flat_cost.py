@@ -24,13 +24,14 @@ from deltalake import DeltaTable, Schema
 from airflow_eod.core import delta_log, offset_history
 from airflow_eod.core.ask import ask, open_table
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch
+from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.commit_record import CommitRecord, write_record
 from airflow_eod.core.errors import CorruptRecordError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.parquet_stats import file_stats
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_offset_batch
+from airflow_eod.core.staged_files import StagedBatch, StagedFile
 from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.sources.landing_files import LandingFilesSource
 

@@ -290,7 +290,7 @@ def test_cli_on_a_path_with_no_table_says_so_and_exits_2(tmp_path: Any, capsys: 
     key = "i-20261120T000000Z-20261121T000000Z"
     for path in (missing, empty):
         for argv in (
-            ["check", path, "--pipeline", "tests.cli", "--batch", key],
+            ["ask", path, "--pipeline", "tests.cli", "--batch", key],
             ["status", path],
             ["status", path, "--json"],
         ):
@@ -302,7 +302,7 @@ def test_cli_on_a_path_with_no_table_says_so_and_exits_2(tmp_path: Any, capsys: 
     # The console script itself exits 2 too.
     exe = os.path.join(os.path.dirname(sys.executable), "airflow-eod")
     proc = subprocess.run(
-        [exe, "check", missing, "--pipeline", "p", "--batch", key], capture_output=True, text=True
+        [exe, "ask", missing, "--pipeline", "p", "--batch", key], capture_output=True, text=True
     )
     assert proc.returncode == 2 and "there is no Delta table at" in proc.stderr and proc.stdout == ""
 

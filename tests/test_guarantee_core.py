@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from airflow_eod.checker import compare_rows, read_delta_rows, read_rows_by_log
 from airflow_eod.core.ask import ask, open_table
 from airflow_eod.core.errors import (
     BatchError,
@@ -27,6 +26,7 @@ from airflow_eod.core.errors import (
 )
 from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.examples.compare import compare_rows, read_delta_rows, read_rows_by_log
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load

@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from airflow_eod.checker import compare_rows, read_delta_rows
 from airflow_eod.core.ask import ask, open_table
 from airflow_eod.core.errors import BatchError, MalformedInputError, SchemaMismatchError
+from airflow_eod.examples.compare import compare_rows, read_delta_rows
 from airflow_eod.examples.sample_data import ORDERS_COLUMNS, write_order_files
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load

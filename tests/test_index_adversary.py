@@ -22,9 +22,10 @@ from airflow_eod.core import commit as commit_mod
 from airflow_eod.core import delta_log
 from airflow_eod.core.ask import ask
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
-from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch
+from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.parquet_stats import file_stats
 from airflow_eod.core.plan_log import Plan
+from airflow_eod.core.staged_files import StagedBatch, StagedFile
 from tests.helpers import land_and_plan, stage_rows
 
 pytestmark = pytest.mark.guarantee

@@ -238,7 +238,7 @@ def test_the_execution_mode_is_checked_when_the_dag_is_parsed() -> None:
 
 
 def test_a_load_spec_round_trips_through_json_with_typed_plan_and_source(tmp_path: Any) -> None:
-    from airflow_eod.core.load_spec import LoadSpec
+    from airflow_eod.spark.load_spec import LoadSpec
     from tests.helpers import plan_for
 
     write_order_files(str(tmp_path / "landing"), 2, 5)

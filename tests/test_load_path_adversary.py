@@ -15,11 +15,11 @@ import pytest
 
 from airflow_eod.core.ask import ask, open_table
 from airflow_eod.core.errors import BatchError, MalformedInputError
-from airflow_eod.core.load_spec import LoadSpec
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load
+from airflow_eod.spark.load_spec import LoadSpec
 from tests.helpers import land_and_plan, plan_for, spec_for, stage_rows
 
 # -- JDBC ------------------------------------------------------------------------------------

@@ -13,12 +13,12 @@ from deltalake import DeltaTable
 
 from airflow_eod.cli import main as cli
 from airflow_eod.core.ask import ask
-from airflow_eod.core.load_spec import LoadSpec
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.restatement import plan_restatement
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.load_job import run_load
+from airflow_eod.spark.load_spec import LoadSpec
 from tests.helpers import check, orders_source, run_child, spec_for
 from tests.jdbc_helpers import check_against_postgres, create_orders, insert_orders
 

@@ -80,3 +80,24 @@ def test_a_refused_load_ends_on_its_first_try_and_a_missing_input_is_retried(
     assert "landing directory" in text and "does not exist" in text
     assert (root / "not_a_table.csv").read_text() == "order_id\n1\n", "the refusal changed nothing"
     assert not (root / "table").exists(), "a load with no input created no table"
+
+
+@pytest.mark.airflow
+def test_a_sensor_on_a_directory_that_is_no_table_fails_without_retries(tmp_path: Any) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_eod.sensors.delta_batch import DeltaBatchSensor
+
+    foreign = tmp_path / "someone_elses"
+    foreign.mkdir()
+    (foreign / "report.xlsx").write_text("theirs")
+    sensor = DeltaBatchSensor(
+        task_id="confirm",
+        table_uri=str(foreign),
+        pipeline_id="tests.retry.sensor",
+        batch_key="i-20261120T000000Z-20261121T000000Z",
+        retries=2,
+    )
+    with pytest.raises(AirflowFailException, match="is not a Delta table") as err:
+        sensor.poke({})
+    assert "tests.retry.sensor/i-20261120T000000Z-20261121T000000Z" in str(err.value)

@@ -23,13 +23,13 @@ import pytest
 from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import BatchError, InputChangedError
 from airflow_eod.core.load_flow import LoadRequest, load_batch
-from airflow_eod.core.load_spec import LoadSpec
 from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, NO_NEW_DATA
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.driver import CREDENTIALS_PASSWORD_ENV, CREDENTIALS_USER_ENV
 from airflow_eod.spark.load_job import local_run
+from airflow_eod.spark.load_spec import LoadSpec
 from tests.conftest import REPO
 from tests.helpers import check, run_child
 from tests.jdbc_helpers import airflow_connection, check_against_postgres, create_orders, insert_orders

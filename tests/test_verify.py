@@ -341,7 +341,7 @@ def test_verify_json_and_exit_codes(table: str, loaded: dict[str, Plan], tmp_pat
 def test_status_and_check_still_work(table: str, loaded: dict[str, Plan], capsys: Any) -> None:
     assert main(["status", table]) == 0
     assert "pipeline tests.verify: 3 committed" in capsys.readouterr().out
-    assert main(["check", table, "--pipeline", PIPE, "--batch", loaded["20.g1"].batch_key]) == 0
+    assert main(["ask", table, "--pipeline", PIPE, "--batch", loaded["20.g1"].batch_key]) == 0
     assert json.loads(capsys.readouterr().out)["generation"] == 1
 
 

@@ -14,17 +14,14 @@ import logging
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
-from urllib.parse import unquote
+from collections.abc import Mapping
+from dataclasses import asdict
 
-import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake import CommitProperties, Schema, Transaction
 from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from airflow_eod.core import table_check
+from airflow_eod.core import table_compat
 from airflow_eod.core.ask import BatchStatus, ask_table, open_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit_record import CommitRecord, write_record
@@ -34,60 +31,16 @@ from airflow_eod.core.errors import BatchError, BatchRefusedError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.replaced_files import refuse_dropping_landed_files, replaced_files
 from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
+from airflow_eod.core.staged_files import StagedBatch
 from airflow_eod.core.table_binding import check_table_identity
-from airflow_eod.core.table_layout import batch_dir, local_path
+from airflow_eod.core.table_layout import local_path
 
 log = logging.getLogger(__name__)
 
 # Rounds of "ask, commit, lose a race" before giving up; each lost round backs off a little.
 MAX_COMMIT_ROUNDS = 50
-
-
-@dataclass(frozen=True)
-class StagedFile:
-    """A Parquet file written for a batch attempt, not yet part of the table.
-
-    :param path: the path relative to the table root, with ``/`` separators.
-    :param size: bytes.
-    :param modification_time: milliseconds since the epoch.
-    :param partition_values: Delta partition values (strings, ``None`` for null).
-    :param num_records: rows in the file.
-    :param stats: the Delta stats JSON.
-    """
-
-    path: str
-    size: int
-    modification_time: int
-    partition_values: Mapping[str, str | None]
-    num_records: int
-    stats: str
-
-    def add_action(self) -> AddAction:
-        return AddAction(
-            self.path, self.size, dict(self.partition_values), self.modification_time, True, self.stats
-        )
-
-
-@dataclass(frozen=True)
-class StagedBatch:
-    """The files one attempt wrote for a batch, and the schema they share.
-
-    :param schema_json: the Delta (Spark) schema JSON of the batch, partition columns
-        included.
-    :param partition_by: partition columns, in order.
-    :param attempt_dir: the attempt's directory, relative to the table root.
-    :param files: the Parquet files.
-    """
-
-    schema_json: str
-    partition_by: list[str]
-    attempt_dir: str
-    files: list[StagedFile] = field(default_factory=list)
-
-    @property
-    def rows(self) -> int:
-        return sum(f.num_records for f in self.files)
 
 
 def _back_off(round_no: int) -> None:
@@ -105,7 +58,7 @@ def _table_schema(schema_json: str) -> Schema:
 
 
 def _check_not_nulls(table: TableLog, staged: StagedBatch, label: str) -> None:
-    for column in table_check.not_null_columns(table):
+    for column in table_compat.not_null_columns(table):
         for f in staged.files:
             nulls = json.loads(f.stats).get("nullCount", {}).get(column)
             if nulls is None or nulls > 0:
@@ -114,101 +67,6 @@ def _check_not_nulls(table: TableLog, staged: StagedBatch, label: str) -> None:
                     f"column {column} is NOT NULL in the table but file {f.path} "
                     f"has {'unknown' if nulls is None else nulls} nulls in it",
                 )
-
-
-def _partition_string(value: object) -> str | None:
-    """A partition value as the string Delta keeps in the log."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if hasattr(value, "isoformat"):
-        return str(value.isoformat())
-    return str(value)
-
-
-def live_files(table: DeltaTable) -> list[dict[str, Any]]:
-    """The snapshot's add actions, with ``path`` decoded to the file's path on disk."""
-    adds = pa.table(table.get_add_actions(flatten=False)).to_pylist()
-    for a in adds:
-        # delta-rs hands back the log's percent-encoded path, and encodes whatever it is
-        # given: a remove built from the raw value would name another file and remove nothing.
-        a["path"] = unquote(a["path"])
-    return adds
-
-
-def batch_files(table: DeltaTable, batch: BatchKey, extra: Sequence[str] = ()) -> list[RemoveAction]:
-    """Remove actions for every file of ``batch`` that the snapshot holds, at any generation:
-    those under the batch's directory, and the live ones among ``extra`` (the files its
-    commit record lists, wherever they are)."""
-    prefix = batch_dir(batch) + "/"
-    wanted = set(extra)
-    now = int(time.time() * 1000)
-    removes = []
-    for a in live_files(table):
-        if not a["path"].startswith(prefix) and a["path"] not in wanted:
-            continue
-        parts = {k: _partition_string(v) for k, v in (a.get("partition_values") or {}).items()}
-        removes.append(RemoveAction(a["path"], True, now, a["size_bytes"], parts or None))
-    return removes
-
-
-def _refuse_dropping_landed_files(status: BatchStatus, manifest: Manifest, label: str) -> None:
-    """A re-freeze of a batch nobody had committed may leave out planned files that were
-    gone. If an older attempt committed the batch meanwhile (a zombie that read them before
-    they went), swapping it out would remove rows that landed and were reported."""
-    dropped = manifest.boundary.get("dropped") or []
-    if dropped and status.committed_generation is not None:
-        raise BatchRefusedError(
-            label,
-            f"generation {status.committed_generation} of the batch was committed while this re-freeze "
-            f"was planned, and it holds {len(dropped)} file(s) the re-freeze left out as gone (e.g. "
-            f"{dropped[0]}); committing would remove their rows. Nothing was committed: restate the "
-            "batch again (it is committed now), after restoring the files if they should stay",
-        )
-
-
-def replaced_files(table: TableLog, batch: BatchKey, status: BatchStatus, label: str) -> list[RemoveAction]:
-    """The files a restatement removes, checked against what the table says it holds.
-
-    Every file of the generation being replaced must still be live: a file that another
-    writer's OPTIMIZE rewrote has moved its rows into a file outside the batch's directory,
-    and removing the rest would leave those rows beside the new generation's.
-    """
-    if table.metadata().configuration.get("delta.appendOnly") == "true":
-        raise BatchRefusedError(
-            label, "the table is append-only (delta.appendOnly=true): a batch cannot be restated"
-        )
-    gen = status.committed_generation
-    # The swap needs the live files, which only the full snapshot knows; restatements are rare.
-    snapshot = table.snapshot()
-    if gen is None:
-        # Never committed (a re-freeze): replace whatever a zombie may have landed.
-        return batch_files(snapshot, batch)
-    if status.record is None:
-        raise BatchRefusedError(
-            label,
-            f"the table holds generation {gen} of the batch, but its commit record and the commit "
-            "itself are gone from the log, so which files hold its rows cannot be proven; it "
-            "cannot be restated without risking duplicate rows (see the runbook, 'restating')",
-        )
-    if not status.record.files and status.manifest is not None and status.manifest.rows > 0:
-        raise BatchRefusedError(
-            label,
-            f"the commit record of generation {gen} lists no files for its {status.manifest.rows} rows, "
-            "so they cannot be swapped out; it cannot be restated without risking duplicate rows",
-        )
-    removes = batch_files(snapshot, batch, status.record.files)
-    live = {r.path for r in removes}
-    gone = [f for f in status.record.files if f not in live]
-    if gone:
-        raise BatchRefusedError(
-            label,
-            f"{len(gone)} of the {len(status.record.files)} file(s) of generation {gen} are no longer "
-            f"live (e.g. {gone[0]}): another writer rewrote them (OPTIMIZE?), so their rows now sit in "
-            "files outside the batch and restating would duplicate them; nothing was committed",
-        )
-    return removes
 
 
 def _record_commit(
@@ -285,7 +143,7 @@ def commit_batch(
     table_configuration: Mapping[str, str] | None = None,
     try_number: int | None = None,
     replace_previous: bool = False,
-    schema_policy: str = table_check.SCHEMA_FAIL,
+    schema_policy: str = table_compat.SCHEMA_FAIL,
 ) -> tuple[bool, BatchStatus]:
     """Commit ``staged`` as ``batch`` at ``generation`` unless the table already has it.
 
@@ -321,14 +179,14 @@ def commit_batch(
                     continue
                 version, checkpoint = 0, False
             else:
-                table_check.check_writable(table, path)
-                widened = table_check.check_schema(
+                table_compat.check_writable(table, path)
+                widened = table_compat.check_schema(
                     table, staged.schema_json, staged.partition_by, batch.label, schema_policy
                 )
                 _check_not_nulls(table, staged, batch.label)
                 removes: list[RemoveAction] = []
                 if replace_previous:
-                    _refuse_dropping_landed_files(status, manifest, batch.label)
+                    refuse_dropping_landed_files(status, manifest, batch.label)
                     removes = replaced_files(table, batch, status, batch.label)
                     if widened is not None:
                         raise BatchRefusedError(

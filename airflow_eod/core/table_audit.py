@@ -57,10 +57,10 @@ SAYS: dict[str, tuple[str, str]] = {
         "table version {version}, but that commit carries {found}"),
     "marker_without_record": (ERROR, "its marker (generation {gen}) is {age}, and there is no commit "
         "record of that generation: once the marker expires the batch can load again; run "
-        "`airflow-eod check` on it now, which writes the record"),
+        "`airflow-eod ask` on it now, which writes the record"),
     "corrupt_plan_log_entry": (ERROR, "{error}"),
     "record_missing": (WARNING, "the table's marker says generation {gen} is committed, but there is "
-        "no commit record of it (its committer died after the commit); `airflow-eod check` on the "
+        "no commit record of it (its committer died after the commit); `airflow-eod ask` on the "
         "batch writes it"),
     "foreign_file": (WARNING, "live file {file} ({rows} rows) belongs to no batch: another writer's "
         "data, which is allowed (its rows count as theirs)"),

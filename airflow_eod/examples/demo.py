@@ -96,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     dag_run = module.dag.test()
 
-    from airflow_eod.checker import compare_table_with_landing
     from airflow_eod.core.ask import open_table
     from airflow_eod.core.manifest import Manifest
+    from airflow_eod.examples.compare import compare_table_with_landing
 
     cmp = compare_table_with_landing(table, landing, "csv", ORDERS_COLUMNS, ORDERS_ARROW_SCHEMA)
     delta = open_table(table)

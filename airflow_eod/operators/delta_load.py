@@ -20,7 +20,6 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, decide_submitted, load_batch
-from airflow_eod.core.load_spec import LoadSpec
 from airflow_eod.core.options import (
     ENGINES,
     EXECUTION_MODES,
@@ -40,6 +39,7 @@ from airflow_eod.run_context import (
     try_number_for,
 )
 from airflow_eod.sources.base import Credentials, ReadContext, Source
+from airflow_eod.spark.load_spec import LoadSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

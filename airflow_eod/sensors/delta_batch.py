@@ -24,7 +24,7 @@ from airflow.sdk.exceptions import (
 
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.planner import require_interval
 from airflow_eod.core.result import COMMITTED, result_from_status
 from airflow_eod.run_context import data_interval_for, pipeline_id_for
@@ -129,7 +129,13 @@ class DeltaBatchSensor(BaseSensorOperator):
 
     def _committed_result(self, batch: BatchKey) -> dict[str, Any] | None:
         """The load result when the table holds ``batch``, else ``None``."""
-        status = ask(self.table_uri, batch, self.generation)
+        try:
+            status = ask(self.table_uri, batch, self.generation)
+        except EodError as exc:
+            if exc.retryable:
+                raise
+            # Not a Delta table, a corrupt plan log...: no later poke or retry sees otherwise.
+            raise AirflowFailException(f"{self.task_id}: batch {batch}: {exc}") from exc
         if not status.committed:
             self.log.info("batch %s: not committed at generation %d yet", batch, self.generation)
             return None

@@ -16,7 +16,7 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.plan_log import Plan, PlanLog
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True)
@@ -81,5 +81,3 @@ class Source(Protocol):
     def replan(self, plan: Plan, generation: int, ctx: ReadContext, *, committed: bool = True) -> Plan: ...
 
     def verify(self, plan: Plan, ctx: ReadContext) -> None: ...
-
-    def read(self, plan: Plan, ctx: ReadContext) -> DataFrame: ...

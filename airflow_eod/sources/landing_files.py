@@ -24,20 +24,18 @@ from airflow_eod.core.options import BOUNDARIES, FORMATS, choice
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.sources.base import ReadContext
-from airflow_eod.spark.landing_reader import read_landing_batch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from collections.abc import Set as AbstractSet
 
-    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
 # Spark's defaults make malformed CSV/JSON rows silently null. With a schema, records are
 # read PERMISSIVE into a corrupt-record column and counted (spark/bad_records.py); without
 # one there is no such column, so the read fails on the first malformed record instead.
-_DEFAULT_READ_OPTIONS: dict[str, dict[str, str]] = {
+DEFAULT_READ_OPTIONS: dict[str, dict[str, str]] = {
     "csv": {"header": "true", "mode": "FAILFAST"},
     "json": {"mode": "FAILFAST"},
     "parquet": {},
@@ -294,19 +292,3 @@ class LandingFilesSource:
                 "it, or re-freeze the batch on purpose (restate=True with restate_batch_key)",
             ) from None
         return {"path": entry["path"], "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-    # -- reading (Spark) ---------------------------------------------------------
-    def read(self, plan: Plan, ctx: ReadContext) -> DataFrame:
-        """A DataFrame of exactly the planned files, columns matched by name (with a
-        corrupt-record column when a schema is given for CSV or JSON); see
-        :mod:`airflow_eod.spark.landing_reader` and :mod:`airflow_eod.spark.bad_records`."""
-        return read_landing_batch(
-            ctx.spark,
-            plan,
-            file_format=self.file_format,
-            schema=self.schema,
-            read_options=self.read_options,
-            default_options=_DEFAULT_READ_OPTIONS[self.file_format],
-            schema_drift=ctx.schema_drift,
-            fail_fast=ctx.fail_fast,
-        )

@@ -1,6 +1,6 @@
 """The Spark driver entrypoint: ``spark-submit .../airflow_eod/spark/driver.py --spec SPEC``.
 
-``SPEC`` is a :class:`~airflow_eod.core.load_spec.LoadSpec` as JSON, a local path (submit
+``SPEC`` is a :class:`~airflow_eod.spark.load_spec.LoadSpec` as JSON, a local path (submit
 mode writes it under the target table's ``_eod/specs/``, where any driver that can write
 the table can read it). The source's credentials come from the environment
 (``EOD_SOURCE_USER``, ``EOD_SOURCE_PASSWORD``), never from the spec. The driver prints one
@@ -74,9 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Imported after logging is set up, so that imports' own log lines are formatted too.
-    from airflow_eod.core.load_spec import LoadSpec
     from airflow_eod.sources import Credentials
     from airflow_eod.spark.load_job import run_load
+    from airflow_eod.spark.load_spec import LoadSpec
     from airflow_eod.spark.session import get_session
 
     with open(args.spec) as fh:

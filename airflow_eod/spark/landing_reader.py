@@ -34,7 +34,7 @@ from airflow_eod.core.errors import (
     MalformedInputError,
     SchemaMismatchError,
 )
-from airflow_eod.core.table_check import SCHEMA_ADD_COLUMNS
+from airflow_eod.core.table_compat import SCHEMA_ADD_COLUMNS
 from airflow_eod.spark.bad_records import CORRUPT_COLUMN, LAYOUT_METADATA_KEY
 from airflow_eod.spark.landing_paths import (
     CsvDialect,

@@ -1,6 +1,6 @@
 """The load job: what runs in the Spark driver for one batch, locally or under spark-submit.
 
-It takes its frozen plan (a :class:`~airflow_eod.core.load_spec.LoadSpec`), asks the table,
+It takes its frozen plan (a :class:`~airflow_eod.spark.load_spec.LoadSpec`), asks the table,
 reads exactly the planned slice, writes it, commits it with its marker, and returns a result
 that the table, not the exit code, stands behind. :mod:`airflow_eod.spark.driver` is the
 spark-submit entrypoint around it.
@@ -22,7 +22,6 @@ from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.errors import BatchError, ConfigurationError, EodError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.load_flow import FrozenBatch
-from airflow_eod.core.load_spec import LoadSpec
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import Plan
 from airflow_eod.core.result import (
@@ -36,7 +35,9 @@ from airflow_eod.core.retention import check_retention
 from airflow_eod.core.table_layout import attempt_dir, local_path
 from airflow_eod.sources import Credentials, ReadContext, Source
 from airflow_eod.spark.bad_records import MalformedSplit, single_pass, split_malformed
+from airflow_eod.spark.load_spec import LoadSpec
 from airflow_eod.spark.quarantine import deliver_outbox, stage_outbox, with_outbox
+from airflow_eod.spark.readers import read_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -185,10 +186,12 @@ def run_load(
         # commits inside its write. Those count up front, over persisted rows.
         if fn is None and spec.engine == "delta-rs" and spec.quarantine_table_uri is None:
             fast = replace(ctx, fail_fast=True)
-            split = single_pass(source.read(plan, fast), batch.label, lambda: source.read(plan, ctx))
+            split = single_pass(
+                read_batch(source, plan, fast), batch.label, lambda: read_batch(source, plan, ctx)
+            )
         else:
             split = split_malformed(
-                source.read(plan, ctx), batch.label, quarantine=spec.quarantine_table_uri is not None
+                read_batch(source, plan, ctx), batch.label, quarantine=spec.quarantine_table_uri is not None
             )
         df, bad = split.good, split.bad
         if spec.quarantine_table_uri is not None:

@@ -27,13 +27,15 @@ import logging
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_eod.core import table_check
+from airflow_eod.core import table_compat
 from airflow_eod.core.ask import BatchStatus, ask_table, open_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
-from airflow_eod.core.commit import StagedBatch, StagedFile, commit_batch, replaced_files
+from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.errors import BatchError, BatchRefusedError
 from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.replaced_files import replaced_files
+from airflow_eod.core.staged_files import StagedBatch, StagedFile
 from airflow_eod.core.table_binding import check_table_identity
 from airflow_eod.core.table_layout import attempt_dir, local_path, normalise
 from airflow_eod.spark.bad_records import RAW_RECORD_COLUMN, SOURCE_FILE_COLUMN
@@ -92,8 +94,8 @@ def _check_quarantine_table(
     check_table_identity(local_path(quarantine_uri), None if table is None else str(table.metadata().id))
     if table is None:
         return
-    table_check.check_writable(table, quarantine_uri)
-    table_check.check_schema(table, QUARANTINE_SCHEMA_JSON, [], batch.label)
+    table_compat.check_writable(table, quarantine_uri)
+    table_compat.check_schema(table, QUARANTINE_SCHEMA_JSON, [], batch.label)
     status = ask_table(table, batch, generation)
     owner = (status.manifest.extra or {}).get("quarantine_of") if status.manifest else None
     if owner is not None and owner != normalise(main_table_uri):

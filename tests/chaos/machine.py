@@ -224,7 +224,6 @@ class ChaosMachine(RuleBasedStateMachine):
             )
         REPORT.count("events", "short_retention" if short else "default_retention")
 
-
     @invariant()
     def count_step(self) -> None:
         REPORT.steps += 1

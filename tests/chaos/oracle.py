@@ -20,7 +20,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from airflow_eod.checker import read_rows_by_log
+from airflow_eod.examples.compare import read_rows_by_log
 from tests.chaos.world import COLUMNS, NEVER, OPTIONAL, REQUIRED, PathState, World, extra_value
 
 _BAD_ID = re.compile(r"e\d+b\d+")

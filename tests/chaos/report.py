@@ -35,8 +35,13 @@ class ChaosReport:
 
     @property
     def failures(self) -> int:
-        return self.duplicates + self.losses + self.wrong_rows + self.wedged + self.audit_errors + (
-            self.unclear_errors
+        return (
+            self.duplicates
+            + self.losses
+            + self.wrong_rows
+            + self.wedged
+            + self.audit_errors
+            + (self.unclear_errors)
         )
 
     def lines(self) -> list[str]:

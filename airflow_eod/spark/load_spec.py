@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.options import ENGINES, SCHEMA_POLICIES, choice
 from airflow_eod.core.plan_log import Plan
-from airflow_eod.core.table_check import SCHEMA_FAIL
+from airflow_eod.core.table_compat import SCHEMA_FAIL
 from airflow_eod.core.table_layout import normalise
 
 if TYPE_CHECKING:

@@ -1,7 +1,6 @@
-"""The checker: compare a Delta table with its source row by row.
-
-Used by the fault tests and the demo: after any crash or race, every source row must be
-in the table exactly once, and nothing else may be there.
+"""Compare a Delta table with its landing files row by row: every source row in the table
+exactly once, and nothing else. ``make demo`` prints this comparison after its crash and
+retry; the fault tests use it too. (``airflow-eod verify`` is the audit for users' tables.)
 """
 
 from __future__ import annotations

@@ -1,0 +1,116 @@
+"""What a restatement removes: the live files of the generation it replaces, looked up in
+the table and checked against the batch's commit record, or a refusal when the table no
+longer holds them whole (another writer rewrote them, the record is gone)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.transaction import RemoveAction
+
+from airflow_eod.core.ask import BatchStatus
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.delta_log import TableLog
+from airflow_eod.core.errors import BatchRefusedError
+from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.table_layout import batch_dir
+
+
+def _partition_string(value: object) -> str | None:
+    """A partition value as the string Delta keeps in the log."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat())
+    return str(value)
+
+
+def live_files(table: DeltaTable) -> list[dict[str, Any]]:
+    """The snapshot's add actions, with ``path`` decoded to the file's path on disk."""
+    adds = pa.table(table.get_add_actions(flatten=False)).to_pylist()
+    for a in adds:
+        # delta-rs hands back the log's percent-encoded path, and encodes whatever it is
+        # given: a remove built from the raw value would name another file and remove nothing.
+        a["path"] = unquote(a["path"])
+    return adds
+
+
+def batch_files(table: DeltaTable, batch: BatchKey, extra: Sequence[str] = ()) -> list[RemoveAction]:
+    """Remove actions for every file of ``batch`` that the snapshot holds, at any generation:
+    those under the batch's directory, and the live ones among ``extra`` (the files its
+    commit record lists, wherever they are)."""
+    prefix = batch_dir(batch) + "/"
+    wanted = set(extra)
+    now = int(time.time() * 1000)
+    removes = []
+    for a in live_files(table):
+        if not a["path"].startswith(prefix) and a["path"] not in wanted:
+            continue
+        parts = {k: _partition_string(v) for k, v in (a.get("partition_values") or {}).items()}
+        removes.append(RemoveAction(a["path"], True, now, a["size_bytes"], parts or None))
+    return removes
+
+
+def refuse_dropping_landed_files(status: BatchStatus, manifest: Manifest, label: str) -> None:
+    """A re-freeze of a batch nobody had committed may leave out planned files that were
+    gone. If an older attempt committed the batch meanwhile (a zombie that read them before
+    they went), swapping it out would remove rows that landed and were reported."""
+    dropped = manifest.boundary.get("dropped") or []
+    if dropped and status.committed_generation is not None:
+        raise BatchRefusedError(
+            label,
+            f"generation {status.committed_generation} of the batch was committed while this re-freeze "
+            f"was planned, and it holds {len(dropped)} file(s) the re-freeze left out as gone (e.g. "
+            f"{dropped[0]}); committing would remove their rows. Nothing was committed: restate the "
+            "batch again (it is committed now), after restoring the files if they should stay",
+        )
+
+
+def replaced_files(table: TableLog, batch: BatchKey, status: BatchStatus, label: str) -> list[RemoveAction]:
+    """The files a restatement removes, checked against what the table says it holds.
+
+    Every file of the generation being replaced must still be live: a file that another
+    writer's OPTIMIZE rewrote has moved its rows into a file outside the batch's directory,
+    and removing the rest would leave those rows beside the new generation's.
+    """
+    if table.metadata().configuration.get("delta.appendOnly") == "true":
+        raise BatchRefusedError(
+            label, "the table is append-only (delta.appendOnly=true): a batch cannot be restated"
+        )
+    gen = status.committed_generation
+    # The swap needs the live files, which only the full snapshot knows; restatements are rare.
+    snapshot = table.snapshot()
+    if gen is None:
+        # Never committed (a re-freeze): replace whatever a zombie may have landed.
+        return batch_files(snapshot, batch)
+    if status.record is None:
+        raise BatchRefusedError(
+            label,
+            f"the table holds generation {gen} of the batch, but its commit record and the commit "
+            "itself are gone from the log, so which files hold its rows cannot be proven; it "
+            "cannot be restated without risking duplicate rows (see the runbook, 'restating')",
+        )
+    if not status.record.files and status.manifest is not None and status.manifest.rows > 0:
+        raise BatchRefusedError(
+            label,
+            f"the commit record of generation {gen} lists no files for its {status.manifest.rows} rows, "
+            "so they cannot be swapped out; it cannot be restated without risking duplicate rows",
+        )
+    removes = batch_files(snapshot, batch, status.record.files)
+    live = {r.path for r in removes}
+    gone = [f for f in status.record.files if f not in live]
+    if gone:
+        raise BatchRefusedError(
+            label,
+            f"{len(gone)} of the {len(status.record.files)} file(s) of generation {gen} are no longer "
+            f"live (e.g. {gone[0]}): another writer rewrote them (OPTIMIZE?), so their rows now sit in "
+            "files outside the batch and restating would duplicate them; nothing was committed",
+        )
+    return removes
