@@ -31,6 +31,12 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
+        "hooks": [
+            {
+                "integration-name": "Delta Lake exactly-once loads",
+                "python-modules": ["airflow_eod.hooks.jdbc_source"],
+            }
+        ],
         "sensors": [
             {
                 "integration-name": "Delta Lake exactly-once loads",

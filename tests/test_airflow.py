@@ -31,7 +31,7 @@ def test_provider_info_validates_against_airflows_schema() -> None:
     schema_path = os.path.join(os.path.dirname(airflow.__file__), "provider_info.schema.json")
     with open(schema_path) as fh:
         jsonschema.validate(get_provider_info(), json.load(fh))
-    for group in ("operators", "sensors", "triggers"):
+    for group in ("operators", "sensors", "triggers", "hooks"):
         for entry in get_provider_info()[group]:
             for module in entry["python-modules"]:
                 importlib.import_module(module)

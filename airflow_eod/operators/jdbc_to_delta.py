@@ -4,17 +4,15 @@ of a monotonic key."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
-
-from airflow.sdk import BaseHook
 
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, Boundary, KeyType, choice
+from airflow_eod.hooks.jdbc_source import JdbcSourceHook
 from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
 from airflow_eod.sources.base import Credentials
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
-
-_URL_SCHEMES = {"postgres": "postgresql", "postgresql": "postgresql"}
 
 
 class JdbcToDeltaOperator(BaseDeltaLoadOperator):
@@ -26,8 +24,10 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
     shared by every load operator are described on
     :class:`~airflow_eod.operators.delta_load.BaseDeltaLoadOperator`.
 
-    :param jdbc_conn_id: an Airflow connection with host, port, schema (the database),
-        login and password; ``extra`` may hold ``jdbc_url`` and ``driver``.
+    :param jdbc_conn_id: an Airflow connection, read by
+        :class:`~airflow_eod.hooks.jdbc_source.JdbcSourceHook`: ``postgres`` (host, port,
+        schema: the database, login, password) or ``jdbc`` (host: the JDBC URL, login,
+        password, ``extra.driver_class``); ``extra`` may hold ``jdbc_url`` and ``driver``.
     :param source_table: the table to read, optionally schema-qualified (templated).
     :param key_column: the monotonic key column (integer id or timestamp).
     :param key_type: ``integer`` or ``timestamp``.
@@ -66,23 +66,14 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
         self.num_partitions = num_partitions
         self.boundary = boundary
 
-    def _connection(self) -> Any:
-        return BaseHook.get_connection(self.jdbc_conn_id)
+    @cached_property
+    def hook(self) -> JdbcSourceHook:
+        """The hook that owns the connection (fetched once per task)."""
+        return JdbcSourceHook(jdbc_conn_id=self.jdbc_conn_id)
 
     def build_source(self) -> JdbcIncrementalSource:
-        conn = self._connection()
-        extra = conn.extra_dejson or {}
-        url = extra.get("jdbc_url")
-        if not url:
-            scheme = _URL_SCHEMES.get(conn.conn_type or "")
-            if scheme is None or not conn.host:
-                raise ConfigurationError(
-                    f"connection {self.jdbc_conn_id!r}: set extra.jdbc_url, or use a postgres "
-                    "connection with host, port and schema (the database)"
-                )
-            url = f"jdbc:{scheme}://{conn.host}:{conn.port or 5432}/{conn.schema or ''}"
         return JdbcIncrementalSource(
-            url=url,
+            url=self.hook.jdbc_url,
             table=self.source_table,
             key_column=self.key_column,
             key_type=self.key_type,
@@ -90,11 +81,8 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
             max_rows_per_batch=self.max_rows_per_batch,
             num_partitions=self.num_partitions,
             boundary=self.boundary,
-            driver=extra.get("driver", "org.postgresql.Driver"),
+            driver=self.hook.driver,
         )
 
     def credentials(self) -> Credentials:
-        conn = self._connection()
-        if not conn.login:
-            raise ConfigurationError(f"connection {self.jdbc_conn_id!r} has no login")
-        return Credentials(conn.login, conn.password or "")
+        return self.hook.credentials()

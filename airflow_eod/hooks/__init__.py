@@ -1,0 +1,1 @@
+"""Hooks: what the operators read from Airflow connections."""
