@@ -37,6 +37,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_eod.hooks.jdbc_source"],
             }
         ],
+        "extra-links": ["airflow_eod.links.delta_table.DeltaTableLink"],
         "sensors": [
             {
                 "integration-name": "Delta Lake exactly-once loads",

@@ -17,6 +17,7 @@ import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
@@ -30,8 +31,16 @@ from tests.scheduler_dags.slow_transform import ROOT_ENV, pid_file, started_file
 pytestmark = pytest.mark.scheduler
 
 DAGS = os.path.join(os.path.dirname(__file__), "scheduler_dags")
-DAG_FILES = [os.path.join(DAGS, "eod_sched_kill.py"), os.path.join(DAGS, "eod_sched_intervals.py")]
-DAG_IDS = ["eod_sched_kill", "eod_sched_clear", "eod_sched_backfill"]
+DAG_FILES = [
+    os.path.join(DAGS, f) for f in ("eod_sched_kill.py", "eod_sched_intervals.py", "eod_sched_assets.py")
+]
+DAG_IDS = [
+    "eod_sched_kill",
+    "eod_sched_clear",
+    "eod_sched_backfill",
+    "eod_sched_asset_load",
+    "eod_sched_asset_reader",
+]
 TASK = "load"
 
 
@@ -222,3 +231,33 @@ def test_backfill_backwards_with_parallel_runs_loads_every_interval_once(tier: T
             r["batch_key"] for r in results.values()
         )
         _exact(table, landing)
+
+
+def test_a_dag_scheduled_on_the_table_runs_after_a_load_and_reads_which_batch_arrived(tier: Tier) -> None:
+    """The load declares its table as an outlet Asset and puts the batch on the asset event;
+    the real scheduler runs the DAG scheduled on that Asset, which reads the batch."""
+    airflow = tier.airflow
+    rows = _write_orders(tier.landing("assets"), datetime(2026, 11, 20, tzinfo=UTC), 2, 40)
+    run_id = "asset-load-1"
+    airflow.trigger("eod_sched_asset_load", run_id, None)
+    with airflow.logs_on_failure():
+        assert airflow.wait_for_run("eod_sched_asset_load", run_id, timeout=240) == "success"
+        loaded = airflow.xcom_return("eod_sched_asset_load", run_id, TASK)
+        assert loaded["outcome"] == "committed" and loaded["rows"] == rows
+
+        def reader_done() -> dict[str, Any] | None:
+            runs = [r for r in airflow.dag_runs("eod_sched_asset_reader") if r["state"] == "success"]
+            return runs[0] if runs else None
+
+        run = airflow.wait_for(reader_done, 180, "the DAG scheduled on the table's Asset to run")
+    assert run["run_type"] == "asset_triggered"
+    arrived = airflow.xcom_return("eod_sched_asset_reader", run["run_id"], "which_batches")
+    assert len(arrived) == 1
+    got = arrived[0]
+    assert (got["batch_key"], got["generation"], got["table_version"], got["rows"]) == (
+        loaded["batch_key"],
+        loaded["generation"],
+        loaded["table_version"],
+        rows,
+    )
+    _exact(tier.table("assets"), tier.landing("assets"))

@@ -4,6 +4,7 @@ airflow-eod writes (the plan log, and one data directory per batch attempt)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from airflow_eod.core.batch import BatchKey
@@ -42,6 +43,12 @@ def local_path(table_uri: str) -> str:
         f"table URI {table_uri!r}: only local or shared-filesystem paths (or file:// URIs) "
         "are supported by this release, because the plan log needs put-if-absent files"
     )
+
+
+def table_asset_uri(table_uri: str) -> str:
+    """The table as an Airflow Asset URI: ``file://`` and the absolute path, percent-encoded
+    (Airflow drops a URI's fragment, so a ``#`` in a path must not be left raw)."""
+    return Path(local_path(table_uri)).as_uri()
 
 
 def normalise(table_uri: str) -> str:

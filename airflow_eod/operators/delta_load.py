@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pendulum
-from airflow.sdk import BaseOperator
+from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_eod.core.errors import ConfigurationError, EodError
@@ -29,9 +29,11 @@ from airflow_eod.core.options import (
     SchemaDrift,
     check_table_uri,
     choice,
+    is_template,
 )
 from airflow_eod.core.result import LoadResult
-from airflow_eod.core.table_layout import local_path
+from airflow_eod.core.table_layout import local_path, table_asset_uri
+from airflow_eod.links.delta_table import DeltaTableLink
 from airflow_eod.run_context import (
     data_interval_for,
     pipeline_id_for,
@@ -145,6 +147,7 @@ class BaseDeltaLoadOperator(BaseOperator):
         "interval_end",
     )
     ui_color = "#00add4"
+    operator_extra_links = (DeltaTableLink(),)
 
     def __init__(
         self,
@@ -168,7 +171,6 @@ class BaseDeltaLoadOperator(BaseOperator):
         submit_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
         # What can be checked without running is checked here, when the DAG is parsed: a
         # typo is an import error in the UI, not three failed tries.
         choice("execution", execution, EXECUTION_MODES)
@@ -176,6 +178,12 @@ class BaseDeltaLoadOperator(BaseOperator):
         choice("schema_drift", schema_drift, SCHEMA_POLICIES)
         check_table_uri("table_uri", table_uri)
         check_table_uri("quarantine_table_uri", quarantine_table_uri)
+        if "outlets" not in kwargs and not is_template(table_uri):
+            # The table is the task's outlet: a DAG scheduled on it runs after each load, and
+            # the asset event's extra says which batch arrived (see execute). A templated
+            # table has no URI yet when the DAG is parsed; declare the outlet yourself.
+            kwargs["outlets"] = [Asset(uri=table_asset_uri(table_uri))]
+        super().__init__(**kwargs)
         if execution == "submit" and callable(transform):
             raise ConfigurationError(
                 "execution='submit' cannot ship a callable transform to a driver on a cluster: "
@@ -187,6 +195,7 @@ class BaseDeltaLoadOperator(BaseOperator):
         self.jars = jars
         self.submit_kwargs = dict(submit_kwargs or {})
         self._hook: Any = None
+        self._result: LoadResult | None = None
         self.table_uri = table_uri
         self.pipeline_id = pipeline_id
         self.partition_by = list(partition_by or [])
@@ -313,7 +322,49 @@ class BaseDeltaLoadOperator(BaseOperator):
             result.files,
         )
         self.log.info("result %s", json.dumps(result.to_dict(), sort_keys=True))
+        self._result = result
+        self._attach_to_asset_event(context, result)
         return result.to_dict()
+
+    # -- lineage (optional extra: airflow-eod[openlineage]) -----------------------------
+    def lineage_inputs(self) -> list[tuple[str, str]]:
+        """The (namespace, name) of each dataset this load reads (OpenLineage naming)."""
+        return []
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage facets of the load: its input datasets, the table as output with the
+        batch's row count. ``None`` without the OpenLineage provider installed (the imports
+        are here, so that nothing of it is imported unless Airflow asks for lineage)."""
+        try:
+            from airflow.providers.common.compat.openlineage.facet import (
+                InputDataset,
+                OutputDataset,
+                OutputStatisticsOutputDatasetFacet,
+            )
+            from airflow.providers.openlineage.extractors import OperatorLineage
+        except ImportError:
+            return None
+        result = self._result
+        facets: dict[str, Any] = {}
+        if result is not None and result.outcome == "committed":
+            facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(rowCount=result.rows)
+        return OperatorLineage(
+            inputs=[InputDataset(namespace=ns, name=name) for ns, name in self.lineage_inputs()],
+            outputs=[OutputDataset(namespace="file", name=local_path(self.table_uri), outputFacets=facets)],
+        )
+
+    def _attach_to_asset_event(self, context: Any, result: LoadResult) -> None:
+        """Put the batch that arrived on the table's asset event, for the DAGs scheduled on it.
+
+        Airflow emits the event when the task succeeds, whatever the outcome: a run with no
+        new data says so (``outcome: no_new_data``, ``batch_key: null``), and a retry or a
+        cleared run of a committed batch sends its key again (``already_committed``), so a
+        consumer that must act once per batch keys on ``batch_key`` and ``generation``.
+        """
+        uri = table_asset_uri(self.table_uri)
+        for outlet in self.outlets or []:
+            if isinstance(outlet, Asset) and outlet.uri == uri:
+                context["outlet_events"][outlet].extra.update(result.to_dict())
 
     # -- submit mode -----------------------------------------------------------------
     def _submit(self, frozen: FrozenBatch, spec: LoadSpec, credentials: Credentials | None) -> LoadResult:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
+from urllib.parse import urlparse
 
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, Boundary, KeyType, choice
@@ -83,6 +84,15 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
             boundary=self.boundary,
             driver=self.hook.driver,
         )
+
+    def lineage_inputs(self) -> list[tuple[str, str]]:
+        """OpenLineage's naming for a PostgreSQL table: ``postgres://host:port`` and
+        ``database.schema.table`` (schema ``public`` when the table names none)."""
+        url = urlparse(self.hook.jdbc_url.removeprefix("jdbc:"))
+        scheme = "postgres" if url.scheme == "postgresql" else url.scheme
+        database = url.path.lstrip("/")
+        table = self.source_table if "." in self.source_table else f"public.{self.source_table}"
+        return [(f"{scheme}://{url.hostname}:{url.port or 5432}", f"{database}.{table}")]
 
     def credentials(self) -> Credentials:
         return self.hook.credentials()

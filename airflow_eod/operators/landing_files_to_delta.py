@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,6 +78,9 @@ class LandingFilesToDeltaOperator(BaseDeltaLoadOperator):
         self.boundary = boundary
         self.max_files_per_batch = max_files_per_batch
         self.max_bytes_per_batch = max_bytes_per_batch
+
+    def lineage_inputs(self) -> list[tuple[str, str]]:
+        return [("file", os.path.abspath(self.landing_path))]
 
     def build_source(self) -> LandingFilesSource:
         return LandingFilesSource(

@@ -1,0 +1,1 @@
+"""Operator extra links: buttons on a task in the Airflow UI."""
