@@ -9,6 +9,7 @@ Spark provider's ``SparkSubmitHook``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -230,7 +231,8 @@ class BaseDeltaLoadOperator(BaseOperator):
         return data_interval_for(context)
 
     def _local_conf(self) -> dict[str, str]:
-        conf = dict(self.spark_conf)
+        # Progress bars are for terminals: in a task log they are noise on every stage.
+        conf = {"spark.ui.showConsoleProgress": "false", **self.spark_conf}
         if self.jars:
             conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), self.jars]))
         return conf
@@ -275,9 +277,11 @@ class BaseDeltaLoadOperator(BaseOperator):
         )
 
         def spark_factory() -> Any:
+            from airflow_eod.spark.jvm_log import LOGGER_NAME
             from airflow_eod.spark.session import get_session
 
-            return get_session(conf=self._local_conf())
+            # The JVM's log lines reach the task log at their own levels, not as errors.
+            return get_session(conf=self._local_conf(), jvm_log=logging.getLogger(LOGGER_NAME))
 
         # Planning runs in the task in both modes; a SparkSession is made only if it needs
         # one (a JDBC head query), never for a retry of a batch already planned.

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,6 +59,7 @@ def get_session(
     app_name: str = "airflow-eod",
     *,
     submitted: bool = False,
+    jvm_log: logging.Logger | None = None,
 ) -> SparkSession:
     """Get (or create) the process's SparkSession with the settings loads need.
 
@@ -66,6 +68,8 @@ def get_session(
     :param app_name: the application name.
     :param submitted: this process is a driver that spark-submit launched: its master and
         settings are spark-submit's, and only :data:`REQUIRED_CONF` is added.
+    :param jvm_log: when this call starts the JVM, its output goes to this logger at the
+        levels log4j printed (:mod:`airflow_eod.spark.jvm_log`) instead of to stderr.
     """
     from pyspark.sql import SparkSession
 
@@ -79,8 +83,11 @@ def get_session(
         builder = builder.master("local[*]")
         for key, value in LOCAL_DEFAULTS.items():
             builder = builder.config(key, value)
-    for key, value in {**with_utc_jvms(conf or {}), **REQUIRED_CONF}.items():
+    settings = {**with_utc_jvms(conf or {}), **REQUIRED_CONF}
+    for key, value in settings.items():
         builder = builder.config(key, value)
+    if jvm_log is not None and not submitted:
+        _launch_jvm_logged(builder, jvm_log)
     spark = builder.getOrCreate()
     for key, value in REQUIRED_CONF.items():
         if not key.startswith("spark.hadoop."):
@@ -91,3 +98,20 @@ def get_session(
         if key.startswith("spark.hadoop."):
             hadoop_conf.set(key.removeprefix("spark.hadoop."), value)
     return spark
+
+
+def _launch_jvm_logged(builder: Any, logger: logging.Logger) -> None:
+    """Start the JVM the builder would start, with its output routed to ``logger``; nothing
+    when this process has a JVM already."""
+    from pyspark import SparkConf
+    from pyspark.core.context import SparkContext
+
+    from airflow_eod.spark.jvm_log import launch_logged_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        # The builder's options, as getOrCreate would hand them to the JVM it launches.
+        conf = SparkConf(loadDefaults=False).setAll(list(builder._options.items()))
+        SparkContext._gateway = launch_logged_gateway(conf, logger)
+        SparkContext._jvm = SparkContext._gateway.jvm
