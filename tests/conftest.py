@@ -19,7 +19,10 @@ DELTA_SPARK_JARS_ENV = "EOD_DELTA_SPARK_JARS"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
-# Airflow reads its configuration at import time: point it at a throwaway home first.
+# Airflow reads its configuration at import time: point it at a throwaway home first. This
+# stays module-level os.environ, not monkeypatch: it must happen before the first import of
+# airflow (the test modules import it at collection), before any fixture can run, and it
+# holds for the whole session and for the Airflow processes the tests start.
 # dag.test() runs only DAGs of a configured bundle, so the DAGs folder holds the example
 # DAGs and the tests' own DAGs.
 _AIRFLOW_HOME = tempfile.mkdtemp(prefix="eod-airflow-home-")

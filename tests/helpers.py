@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from types import ModuleType
 from typing import Any
@@ -101,6 +104,34 @@ def run_child(
     )
 
 
+def stage_data(table: str, batch: Any, data: Any, attempt: str | None = None) -> tuple[Any, Any]:
+    """Stage ``data`` as one parquet file of an attempt of ``batch`` (generation 0), the way
+    Spark stages it, with the manifest its commit carries."""
+    import uuid
+
+    import pyarrow.parquet as pq
+    from deltalake import Schema
+
+    from airflow_eod.core.manifest import Manifest
+    from airflow_eod.core.parquet_stats import file_stats
+    from airflow_eod.core.staged_files import StagedBatch, StagedFile
+    from airflow_eod.core.table_layout import attempt_dir
+
+    attempt = attempt or uuid.uuid4().hex[:16]
+    rel_dir = attempt_dir(batch, 0, attempt)
+    os.makedirs(os.path.join(table, rel_dir), exist_ok=True)
+    rel = f"{rel_dir}/part-0.parquet"
+    pq.write_table(data, os.path.join(table, rel))
+    rows, stats = file_stats(os.path.join(table, rel))
+    st = os.stat(os.path.join(table, rel))
+    schema_json = Schema.from_arrow(data.schema).to_json()
+    staged = StagedBatch(
+        schema_json, [], rel_dir, [StagedFile(rel, st.st_size, int(st.st_mtime * 1000), {}, rows, stats)]
+    )
+    manifest = Manifest(batch.pipeline_id, batch.key, 0, {"k": batch.key}, "fp", rows, 1, attempt, "delta-rs")
+    return staged, manifest
+
+
 def stage_rows(table: str, plan: Plan, generation: int, tag: str, rows: list[int]) -> tuple[Any, Any]:
     """Stage a batch as the Spark side would (pyarrow here), rows ``seq`` tagged ``src=tag``;
     no rows: no files, as Spark stages an empty partitioned DataFrame."""
@@ -152,6 +183,40 @@ def land_and_plan(table: str, landing: str, pipeline: str, n: int) -> Plan:
     )
     assert plan is not None
     return plan
+
+
+# -- races: did the loser really lose one? ---------------------------------------------
+# The commit engine's lost-race paths (airflow_eod/core/commit.py): the loser of a race for
+# the table's creation, or for the next table version, logs one of these and asks again.
+LOST_CREATION_RACE = "another attempt created the table first; asking again"
+LOST_VERSION_RACE = "commit lost a race for version"
+COMMIT_LOGGER = "airflow_eod.core.commit"
+
+
+def lost_races(text: str) -> int:
+    """How many lost-race lines of the commit engine ``text`` (a log) holds."""
+    return text.count(LOST_CREATION_RACE) + text.count(LOST_VERSION_RACE)
+
+
+@contextmanager
+def commit_log() -> Iterator[list[str]]:
+    """Collect the commit engine's log messages (INFO and up) while the block runs; for a
+    racer in a child process, where pytest's ``caplog`` does not reach."""
+    messages: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logger = logging.getLogger(COMMIT_LOGGER)
+    handler, level = _Collect(logging.INFO), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 # -- Airflow: DAG files and what a run left in the metadata DB --------------------------

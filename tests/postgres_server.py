@@ -1,5 +1,23 @@
 """Start and stop a throwaway PostgreSQL server on 127.0.0.1 for the `jdbc` tests.
 
+Why not pytest-postgresql (issue 10, item 8), which we evaluated (10.0.0 installs fine next
+to this project's pins: pip would add mirakuru and port-for): it cannot do what these
+tests need, as CI runs them, as root.
+
+- PostgreSQL refuses to run as root, and pytest-postgresql runs ``pg_ctl`` (``initdb``,
+  ``start``, ``status``, ``stop``) as the current user with no way to run it as another:
+  as root its ``PostgreSQLExecutor.start()`` fails with "pg_ctl: cannot be run as root".
+- Pointing its ``executable`` at a wrapper that runs ``pg_ctl`` as ``postgres`` does not get
+  further: the password file it hands to ``initdb --pwfile`` is a root-owned 0600
+  ``NamedTemporaryFile``, which ``postgres`` cannot read ("could not open file ... for
+  reading: Permission denied"), and its data directory lives under pytest's 0700 base
+  temp directory, which ``postgres`` cannot enter. Without a password it initialises with
+  ``--auth=trust``, but the tests need real password authentication: the JDBC reads and
+  the Airflow connection log in with a password, and the secret-scan tests look for it.
+- It is a pytest fixture factory, while the scheduler tier's :class:`AirflowServices`
+  (tests/airflow_services.py) and ``benchmarks/pg.py``/``benchmarks/chaos.py`` start this
+  server outside any fixture; those benchmarks import this module.
+
 It uses Debian's PostgreSQL binaries (`apt-get install postgresql
 libpostgresql-jdbc-java`, which `.ci/run` does). PostgreSQL refuses to run as root, so as
 root the server runs as the `postgres` user. Without the binaries the tests skip with that

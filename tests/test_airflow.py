@@ -48,25 +48,23 @@ def test_airflow_providers_list_shows_the_provider(airflow_db: str) -> None:
     assert "airflow-eod" in names
 
 
-def _example_dag(landing: str, table: str) -> ModuleType:
-    os.environ["EOD_DEMO_LANDING"] = landing
-    os.environ["EOD_DEMO_TABLE"] = table
+def _example_dag(landing: str, table: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.setenv("EOD_DEMO_LANDING", landing)
+    monkeypatch.setenv("EOD_DEMO_TABLE", table)
     return load_dag_file(os.path.join(REPO, "dags", "eod_landing_files_example.py"))
 
 
 @pytest.mark.spark
 @pytest.mark.faults
 def test_example_dag_retry_after_a_crash_after_commit_writes_nothing(
-    airflow_db: str, spark: Any, tmp_path: Any
+    airflow_db: str, spark: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     landing, table = str(tmp_path / "landing"), str(tmp_path / "table")
     write_order_files(landing, 3, 100)
-    module = _example_dag(landing, table)
-    os.environ["EOD_FAULTPOINTS"] = "after_commit=raise@1"
-    try:
-        run = module.dag.test(logical_date=datetime(2026, 11, 20, tzinfo=UTC))
-    finally:
-        os.environ.pop("EOD_FAULTPOINTS")
+    module = _example_dag(landing, table, monkeypatch)
+    monkeypatch.setenv("EOD_FAULTPOINTS", "after_commit=raise@1")
+    run = module.dag.test(logical_date=datetime(2026, 11, 20, tzinfo=UTC))
+    monkeypatch.delenv("EOD_FAULTPOINTS")
     assert str(run.state) == "success"
     assert task_tries(run.run_id, "load_orders") == ["failed", "success"]
     result = xcom_value(run.run_id, "load_orders")
@@ -88,8 +86,10 @@ def test_example_dag_retry_after_a_crash_after_commit_writes_nothing(
     assert cmp.exact and cmp.table_rows == 500, cmp.describe()
 
 
-def test_sensor_times_out_on_a_batch_that_was_never_committed(airflow_db: str, tmp_path: Any) -> None:
-    os.environ["EOD_TEST_TABLE"] = str(tmp_path / "no_table")
+def test_sensor_times_out_on_a_batch_that_was_never_committed(
+    airflow_db: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EOD_TEST_TABLE", str(tmp_path / "no_table"))
     module = load_dag_file(os.path.join(REPO, "tests", "dags", "eod_sensor_negative.py"))
     run = module.dag.test(logical_date=datetime(2026, 11, 20, tzinfo=UTC))
     assert str(run.state) == "failed"
@@ -98,10 +98,12 @@ def test_sensor_times_out_on_a_batch_that_was_never_committed(airflow_db: str, t
 
 
 @pytest.mark.spark
-def test_restating_a_batch_from_a_dag_param(airflow_db: str, spark: Any, tmp_path: Any) -> None:
+def test_restating_a_batch_from_a_dag_param(
+    airflow_db: str, spark: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     landing, table = str(tmp_path / "landing"), str(tmp_path / "table")
     write_order_files(landing, 2, 50)
-    module = _example_dag(landing, table)
+    module = _example_dag(landing, table, monkeypatch)
     first = module.dag.test(logical_date=datetime(2026, 11, 20, tzinfo=UTC))
     loaded = xcom_value(first.run_id, "load_orders")
     assert loaded["outcome"] == "committed" and loaded["generation"] == 0

@@ -248,7 +248,7 @@ def test_a_batch_older_than_the_retention_window_is_refused_unless_restated(
 @pytest.mark.faults
 @pytest.mark.parametrize("point", ["before_write", "after_stage", "before_commit", "after_commit"])
 def test_a_crash_between_the_quarantine_and_the_main_commit_loads_each_once(
-    spark: Any, landing: str, table: str, tmp_path: Any, point: str
+    spark: Any, landing: str, table: str, tmp_path: Any, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from airflow_eod.core.faults import InjectedFault
 
@@ -257,13 +257,10 @@ def test_a_crash_between_the_quarantine_and_the_main_commit_loads_each_once(
     quarantine = str(tmp_path / "quarantine")
     source = orders_source(landing)
     plan = plan_for(source, table)
-    os.environ["EOD_FAULTPOINTS"] = f"{point}=raise@1"
-    try:
-        with pytest.raises(InjectedFault):
-            run_load(spark, spec_for(source, table, plan, quarantine_table_uri=quarantine))
-        retry = run_load(spark, spec_for(source, table, plan, try_number=2, quarantine_table_uri=quarantine))
-    finally:
-        os.environ.pop("EOD_FAULTPOINTS")
+    monkeypatch.setenv("EOD_FAULTPOINTS", f"{point}=raise@1")
+    with pytest.raises(InjectedFault):
+        run_load(spark, spec_for(source, table, plan, quarantine_table_uri=quarantine))
+    retry = run_load(spark, spec_for(source, table, plan, try_number=2, quarantine_table_uri=quarantine))
     assert retry.rows == 12
     assert (
         DeltaTable(quarantine).version() == 0
@@ -278,7 +275,7 @@ def test_a_crash_between_the_quarantine_and_the_main_commit_loads_each_once(
 @pytest.mark.faults
 @pytest.mark.parametrize("point", ["before_write", "after_stage", "before_commit", "after_commit"])
 def test_a_schema_widening_load_that_crashes_at_a_boundary_lands_once(
-    spark: Any, tmp_path: Any, table: str, point: str
+    spark: Any, tmp_path: Any, table: str, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from airflow_eod.core.faults import InjectedFault
     from airflow_eod.examples.compare import compare_rows, read_delta_rows
@@ -292,13 +289,10 @@ def test_a_schema_widening_load_that_crashes_at_a_boundary_lands_once(
         pa.table({"id": pa.array([3, 4], pa.int64()), "v": ["c", "d"], "extra": [1.5, None]}),
     )
     plan = plan_for(source, table, run="r1")
-    os.environ["EOD_FAULTPOINTS"] = f"{point}=raise@1"
-    try:
-        with pytest.raises(InjectedFault):
-            run_load(spark, spec_for(source, table, plan, schema_drift="add_columns"))
-        retry = run_load(spark, spec_for(source, table, plan, try_number=2, schema_drift="add_columns"))
-    finally:
-        os.environ.pop("EOD_FAULTPOINTS")
+    monkeypatch.setenv("EOD_FAULTPOINTS", f"{point}=raise@1")
+    with pytest.raises(InjectedFault):
+        run_load(spark, spec_for(source, table, plan, schema_drift="add_columns"))
+    retry = run_load(spark, spec_for(source, table, plan, try_number=2, schema_drift="add_columns"))
     assert retry.outcome == ("already_committed" if point == "after_commit" else "committed")
     assert len(DeltaTable(table).history()) == 2, "one load, one widening commit"
     source_rows = [(1, "a", None), (2, "b", None), (3, "c", 1.5), (4, "d", None)]

@@ -39,6 +39,10 @@ def test_generated_histories_load_every_row_exactly_once(
     # Half of CI's trials get a SIGKILL (a JVM each); long runs set their own share.
     monkeypatch.setenv("EOD_CHAOS_KILL_PERCENT", os.environ.get("EOD_CHAOS_KILL_PERCENT", "50"))
     monkeypatch.setitem(SPARK, "postgres", chaos_postgres)
+    # The machine arms and disarms EOD_FAULTPOINTS itself, step by step and from its worker
+    # threads (tests/chaos/machine.py; benchmarks/chaos.py runs it outside pytest too), so it
+    # sets os.environ directly; registering the variable here undoes whatever it left.
+    monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
     REPORT.__init__()  # type: ignore[misc]
     lines: list[str] = []
     report = run_trials(

@@ -14,14 +14,16 @@ import pytest
 from airflow_eod.cli import main
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit import commit_batch
-from tests.test_commit_engine import stage
+from tests.helpers import stage_data
 
 
 @pytest.fixture
 def loaded(table: str) -> str:
     for day in (20, 21):
         key = BatchKey("tests.cli", f"i-202611{day}T000000Z-202611{day + 1}T000000Z")
-        commit_batch(table, key, 0, *stage(table, key, pa.table({"id": pa.array(range(day), pa.int64())})))
+        commit_batch(
+            table, key, 0, *stage_data(table, key, pa.table({"id": pa.array(range(day), pa.int64())}))
+        )
     return table
 
 

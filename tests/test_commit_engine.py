@@ -6,43 +6,23 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import uuid
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable, Schema, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
-from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.parquet_stats import file_stats
-from airflow_eod.core.staged_files import StagedBatch, StagedFile
 from airflow_eod.core.table_layout import attempt_dir
+from tests.helpers import LOST_VERSION_RACE, commit_log, lost_races, stage_data
 
 BATCH = BatchKey("tests.engine", "i-20261120T000000Z-20261121T000000Z")
-
-
-def stage(
-    table: str, batch: BatchKey, data: pa.Table, attempt: str | None = None
-) -> tuple[StagedBatch, Manifest]:
-    attempt = attempt or uuid.uuid4().hex[:16]
-    rel_dir = attempt_dir(batch, 0, attempt)
-    os.makedirs(os.path.join(table, rel_dir), exist_ok=True)
-    rel = f"{rel_dir}/part-0.parquet"
-    pq.write_table(data, os.path.join(table, rel))
-    rows, stats = file_stats(os.path.join(table, rel))
-    st = os.stat(os.path.join(table, rel))
-    schema_json = Schema.from_arrow(data.schema).to_json()
-    staged = StagedBatch(
-        schema_json, [], rel_dir, [StagedFile(rel, st.st_size, int(st.st_mtime * 1000), {}, rows, stats)]
-    )
-    manifest = Manifest(batch.pipeline_id, batch.key, 0, {"k": batch.key}, "fp", rows, 1, attempt, "delta-rs")
-    return staged, manifest
 
 
 def rows(n: int, start: int = 0) -> pa.Table:
@@ -52,7 +32,7 @@ def rows(n: int, start: int = 0) -> pa.Table:
 
 
 def test_commit_lands_data_marker_and_manifest_in_one_commit(table: str) -> None:
-    staged, manifest = stage(table, BATCH, rows(5))
+    staged, manifest = stage_data(table, BATCH, rows(5))
     ours, status = commit_batch(table, BATCH, 0, staged, manifest)
     assert ours and status.committed and status.table_version == 0
     assert status.manifest == manifest
@@ -67,8 +47,8 @@ def test_commit_lands_data_marker_and_manifest_in_one_commit(table: str) -> None
 
 
 def test_a_second_commit_of_the_same_batch_writes_nothing(table: str) -> None:
-    commit_batch(table, BATCH, 0, *stage(table, BATCH, rows(5)))
-    staged, manifest = stage(table, BATCH, rows(5))
+    commit_batch(table, BATCH, 0, *stage_data(table, BATCH, rows(5)))
+    staged, manifest = stage_data(table, BATCH, rows(5))
     ours, status = commit_batch(table, BATCH, 0, staged, manifest)
     assert not ours and status.committed
     assert DeltaTable(table).version() == 0
@@ -79,50 +59,59 @@ def test_a_second_commit_of_the_same_batch_writes_nothing(table: str) -> None:
 def test_batches_committed_out_of_order_are_all_kept(table: str) -> None:
     later = BatchKey("tests.engine", "i-20261121T000000Z-20261122T000000Z")
     earlier = BatchKey("tests.engine", "i-20261119T000000Z-20261120T000000Z")
-    assert commit_batch(table, later, 0, *stage(table, later, rows(3, 100)))[0]
-    assert commit_batch(table, earlier, 0, *stage(table, earlier, rows(4, 0)))[0]
+    assert commit_batch(table, later, 0, *stage_data(table, later, rows(3, 100)))[0]
+    assert commit_batch(table, earlier, 0, *stage_data(table, earlier, rows(4, 0)))[0]
     assert ask(table, later).committed and ask(table, earlier).committed
     got = sorted(pa.table(DeltaTable(table).to_pyarrow_table())["id"].to_pylist())
     assert got == [0, 1, 2, 3, 100, 101, 102]
 
 
-def _race(args: tuple[str, int]) -> bool:
+def _race(args: tuple[str, int]) -> tuple[bool, int]:
     table, i = args
-    # Every racer asks first, then pauses before its commit, so all of them commit (or
-    # create the table) from the same empty or stale view at about the same moment.
-    os.environ["EOD_FAULTPOINTS"] = "before_commit=sleep:1"
-    staged, manifest = stage(table, BATCH, rows(10), attempt=f"racer{i}")
-    return commit_batch(table, BATCH, 0, staged, manifest)[0]
+    # Every racer asks first, then pauses before its commit (EOD_FAULTPOINTS, set by the test
+    # before the pool started), so all of them commit (or create the table) from the same
+    # empty or stale view at about the same moment.
+    staged, manifest = stage_data(table, BATCH, rows(10), attempt=f"racer{i}")
+    with commit_log() as messages:
+        ours = commit_batch(table, BATCH, 0, staged, manifest)[0]
+    return ours, lost_races("\n".join(messages))
 
 
 @pytest.mark.faults
-def test_racing_processes_commit_a_batch_exactly_once(table: str) -> None:
+def test_racing_processes_commit_a_batch_exactly_once(table: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # The table exists first, so the race is on the batch's marker, not on creation.
     other = BatchKey("tests.engine", "seed")
-    commit_batch(table, other, 0, *stage(table, other, rows(1, 1000)))
+    commit_batch(table, other, 0, *stage_data(table, other, rows(1, 1000)))
+    monkeypatch.setenv("EOD_FAULTPOINTS", "before_commit=sleep:1")
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         results = pool.map(_race, [(table, i) for i in range(4)])
-    assert sorted(results) == [False, False, False, True]
+    assert sorted(ours for ours, _ in results) == [False, False, False, True]
+    # The race happened: a loser's commit was fenced off and it asked again (not only a
+    # racer that came late and found the batch committed).
+    assert [lost for ours, lost in results if ours] == [0]
+    assert sum(lost for ours, lost in results if not ours) >= 1, results
     dt = DeltaTable(table)
     assert dt.version() == 1
     assert sorted(pa.table(dt.to_pyarrow_table())["id"].to_pylist()) == [*range(10), 1000]
 
 
 @pytest.mark.faults
-def test_racing_processes_creating_the_table_commit_once(table: str) -> None:
+def test_racing_processes_creating_the_table_commit_once(table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EOD_FAULTPOINTS", "before_commit=sleep:1")
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         results = pool.map(_race, [(table, i) for i in range(4)])
-    assert sorted(results) == [False, False, False, True]
+    assert sorted(ours for ours, _ in results) == [False, False, False, True]
+    assert sum(lost for ours, lost in results if not ours) >= 1, "no loser lost the creation race"
     assert sorted(pa.table(DeltaTable(table).to_pyarrow_table())["id"].to_pylist()) == list(range(10))
     assert DeltaTable(table).version() == 0, "the losers wrote no commit"
 
 
 def test_schema_drift_is_refused_and_the_table_is_unchanged(table: str) -> None:
-    commit_batch(table, BATCH, 0, *stage(table, BATCH, rows(2)))
+    commit_batch(table, BATCH, 0, *stage_data(table, BATCH, rows(2)))
     drifted = BatchKey("tests.engine", "drifted")
     data = rows(2).append_column("extra", pa.array([1.0, 2.0]))
     with pytest.raises(SchemaMismatchError, match=r"batch tests.engine/drifted: .*new column extra"):
-        commit_batch(table, drifted, 0, *stage(table, drifted, data))
+        commit_batch(table, drifted, 0, *stage_data(table, drifted, data))
     assert DeltaTable(table).version() == 0 and not ask(table, drifted).committed
 
 
@@ -132,7 +121,7 @@ def test_tables_with_constraints_are_refused(table: str) -> None:
     dt.alter.add_constraint({"id_positive": "id >= 0"})
     version = DeltaTable(table).version()
     with pytest.raises(UnsupportedTableError, match="CHECK constraints \\(id_positive\\)"):
-        commit_batch(table, BATCH, 0, *stage(table, BATCH, rows(2)))
+        commit_batch(table, BATCH, 0, *stage_data(table, BATCH, rows(2)))
     assert DeltaTable(table).version() == version
 
 
@@ -140,7 +129,7 @@ def test_a_directory_that_is_not_a_delta_table_is_refused(table: str) -> None:
     os.makedirs(table)
     open(os.path.join(table, "somebody-elses.csv"), "w").close()
     with pytest.raises(UnsupportedTableError, match="is not a Delta table"):
-        commit_batch(table, BATCH, 0, *stage(table, BATCH, rows(2)))
+        commit_batch(table, BATCH, 0, *stage_data(table, BATCH, rows(2)))
 
 
 def test_stats_are_exact_or_absent(tmp_path: Any) -> None:
@@ -175,24 +164,26 @@ def test_stats_are_exact_or_absent(tmp_path: Any) -> None:
 
 
 def _paused_commit(table: str, queue: Any) -> None:
-    import logging
-
-    logging.basicConfig(level=logging.INFO)
-    os.environ["EOD_FAULTPOINTS"] = "before_commit=sleep:4"
-    staged, manifest = stage(table, BATCH, rows(10), attempt="paused")
-    ours, status = commit_batch(table, BATCH, 0, staged, manifest)
-    queue.put((ours, status.committed, status.manifest.attempt_id if status.manifest else None))
+    # EOD_FAULTPOINTS="before_commit=sleep:4" comes from the test, set while it started us.
+    staged, manifest = stage_data(table, BATCH, rows(10), attempt="paused")
+    with commit_log() as messages:
+        ours, status = commit_batch(table, BATCH, 0, staged, manifest)
+    queue.put((ours, status.committed, status.manifest.attempt_id if status.manifest else None, messages))
 
 
 @pytest.mark.faults
-def test_an_attempt_that_asked_before_a_racer_committed_is_fenced(table: str) -> None:
+def test_an_attempt_that_asked_before_a_racer_committed_is_fenced(
+    table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The loser's ask and commit share a snapshot; the racer's marker makes its commit fail."""
     other = BatchKey("tests.engine", "seed")
-    commit_batch(table, other, 0, *stage(table, other, rows(1, 1000)))
+    commit_batch(table, other, 0, *stage_data(table, other, rows(1, 1000)))
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     paused = ctx.Process(target=_paused_commit, args=(table, queue))
+    monkeypatch.setenv("EOD_FAULTPOINTS", "before_commit=sleep:4")
     paused.start()
+    monkeypatch.delenv("EOD_FAULTPOINTS")  # the winner, in this process, does not pause
     # Wait until the paused attempt has asked (it has staged its files) and is sleeping.
     deadline = 30.0
     marker = os.path.join(table, attempt_dir(BATCH, 0, "paused"))
@@ -202,35 +193,38 @@ def test_an_attempt_that_asked_before_a_racer_committed_is_fenced(table: str) ->
     while not os.path.exists(marker) and time.monotonic() - start < deadline:
         time.sleep(0.05)
     time.sleep(1.5)
-    staged, manifest = stage(table, BATCH, rows(10), attempt="winner")
+    staged, manifest = stage_data(table, BATCH, rows(10), attempt="winner")
     assert commit_batch(table, BATCH, 0, staged, manifest)[0]
-    ours, committed, attempt = queue.get(timeout=60)
+    ours, committed, attempt, messages = queue.get(timeout=60)
     paused.join(60)
     assert (ours, committed, attempt) == (False, True, "winner")
+    assert any(LOST_VERSION_RACE in m for m in messages), f"the paused attempt was not fenced: {messages}"
     dt = DeltaTable(table)
     assert dt.version() == 1
     assert sorted(pa.table(dt.to_pyarrow_table())["id"].to_pylist()) == [*range(10), 1000]
 
 
 def _evolving_commit(table: str, queue: Any, pause: float) -> None:
-    if pause:
-        os.environ["EOD_FAULTPOINTS"] = f"before_commit=sleep:{pause}"
+    # The paused one gets EOD_FAULTPOINTS="before_commit=sleep:<pause>" from the test.
     batch = BatchKey("tests.engine", "widened")
     data = rows(3, 50).append_column("extra", pa.array([1.0, 2.0, 3.0]))
-    staged, manifest = stage(table, batch, data, attempt=f"p{pause}")
-    ours, status = commit_batch(table, batch, 0, staged, manifest, schema_policy="add_columns")
-    queue.put((ours, status.committed))
+    staged, manifest = stage_data(table, batch, data, attempt=f"p{pause}")
+    with commit_log() as messages:
+        ours, status = commit_batch(table, batch, 0, staged, manifest, schema_policy="add_columns")
+    queue.put((ours, status.committed, lost_races("\n".join(messages))))
 
 
 @pytest.mark.faults
-def test_racing_schema_widening_commits_land_once(table: str) -> None:
+def test_racing_schema_widening_commits_land_once(table: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The schema-widening commit is written by airflow-eod itself; a racer that took the
     version first makes it go back to the ask instead of overwriting."""
-    commit_batch(table, BATCH, 0, *stage(table, BATCH, rows(2)))
+    commit_batch(table, BATCH, 0, *stage_data(table, BATCH, rows(2)))
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_evolving_commit, args=(table, queue, p)) for p in (3.0, 0.0)]
+    monkeypatch.setenv("EOD_FAULTPOINTS", "before_commit=sleep:3.0")
     procs[0].start()
+    monkeypatch.delenv("EOD_FAULTPOINTS")
     import time
 
     time.sleep(2.0)  # the first has asked and is paused before its commit
@@ -238,7 +232,8 @@ def test_racing_schema_widening_commits_land_once(table: str) -> None:
     results = sorted(queue.get(timeout=120) for _ in procs)
     for p in procs:
         p.join(60)
-    assert results == [(False, True), (True, True)]
+    # The paused one lost the race for the version (and asked again), the other did not.
+    assert results == [(False, True, 1), (True, True, 0)]
     dt = DeltaTable(table)
     assert dt.version() == 1
     assert sorted(pa.table(dt.to_pyarrow_table())["id"].to_pylist()) == [0, 1, 50, 51, 52]

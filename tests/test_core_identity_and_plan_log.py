@@ -59,11 +59,14 @@ def _plan(seq: int, inputs: list[dict[str, object]]) -> Plan:
 def test_put_plan_is_put_if_absent_under_a_race(tmp_path: object) -> None:
     log = PlanLog(str(tmp_path), "p")
     winners: list[str] = []
+    got_own: list[bool] = []
     barrier = threading.Barrier(8)
 
     def racer(i: int) -> None:
         barrier.wait()
-        winners.append(log.put_plan(_plan(0, [{"path": f"/f{i}"}])).batch_key)
+        stored = log.put_plan(_plan(0, [{"path": f"/f{i}"}]))
+        winners.append(stored.batch_key)
+        got_own.append(stored.inputs == [{"path": f"/f{i}"}])
 
     threads = [threading.Thread(target=racer, args=(i,)) for i in range(8)]
     for t in threads:
@@ -71,6 +74,9 @@ def test_put_plan_is_put_if_absent_under_a_race(tmp_path: object) -> None:
     for t in threads:
         t.join()
     assert len(set(winners)) == 1 and len(winners) == 8
+    # The race happened: each racer planned other inputs, so seven lost the slot and were
+    # handed the one plan that won, not their own.
+    assert sorted(got_own) == [False] * 7 + [True]
     assert log.get_offset_plan(0).batch_key == winners[0]
     assert not [n for n in os.listdir(os.path.join(log.root, "offsets")) if n.startswith(".tmp")]
 

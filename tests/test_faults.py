@@ -21,7 +21,7 @@ from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.spark.load_job import run_load
-from tests.helpers import check, orders_source, plan_for, run_child, spec_for
+from tests.helpers import check, lost_races, orders_source, plan_for, run_child, spec_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.faults]
 
@@ -62,18 +62,15 @@ def test_sigkill_at_a_boundary_then_retry_loads_every_row_once(
 
 @pytest.mark.parametrize("point", ["before_write", "after_stage", "before_commit", "after_commit"])
 def test_a_crash_raised_at_each_boundary_is_recovered_by_the_retry(
-    spark: Any, landing: str, table: str, point: str
+    spark: Any, landing: str, table: str, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_order_files(landing, 2, 40)
     source = orders_source(landing)
     plan = plan_for(source, table)
-    os.environ["EOD_FAULTPOINTS"] = f"{point}=raise@1"
-    try:
-        with pytest.raises(InjectedFault):
-            run_load(spark, spec_for(source, table, plan, try_number=1))
-        result = run_load(spark, spec_for(source, table, plan_for(source, table), try_number=2))
-    finally:
-        os.environ.pop("EOD_FAULTPOINTS")
+    monkeypatch.setenv("EOD_FAULTPOINTS", f"{point}=raise@1")
+    with pytest.raises(InjectedFault):
+        run_load(spark, spec_for(source, table, plan, try_number=1))
+    result = run_load(spark, spec_for(source, table, plan_for(source, table), try_number=2))
     assert result.outcome == ("already_committed" if point == "after_commit" else "committed")
     assert len(DeltaTable(table).history()) == 1
     cmp = check(table, landing)
@@ -84,14 +81,19 @@ def test_two_processes_loading_the_same_batch_commit_once(landing: str, table: s
     write_order_files(landing, 4, 50)
     source = orders_source(landing)
     plan = plan_for(source, table)
-    # The first racer pauses between its ask and its commit, so both have asked "no"
-    # before either commits: the fencing, not the timing, must pick the winner.
-    a = run_child(spec_for(source, table, plan, try_number=1), str(tmp_path), "before_commit=sleep:3", "a")
-    b = run_child(spec_for(source, table, plan, try_number=2), str(tmp_path), "", "b")
+    # Both racers pause between their ask and their commit (longer than their JVMs' start-up
+    # differs), so both have asked "no" before either commits: the fencing, not the timing,
+    # must pick the winner.
+    a = run_child(spec_for(source, table, plan, try_number=1), str(tmp_path), "before_commit=sleep:8", "a")
+    b = run_child(spec_for(source, table, plan, try_number=2), str(tmp_path), "before_commit=sleep:8", "b")
     outs = [p.communicate(timeout=300)[0].decode() for p in (a, b)]
     assert a.returncode == 0 and b.returncode == 0, "\n".join(o[-1500:] for o in outs)
     results = [json.load(open(os.path.join(str(tmp_path), f"{n}-result.json"))) for n in "ab"]
     assert sorted(r["outcome"] for r in results) == ["already_committed", "committed"]
+    # The race happened: the loser's commit lost and it asked again (it did not merely find
+    # the batch committed at its first ask).
+    loser = [r["outcome"] for r in results].index("already_committed")
+    assert lost_races(outs[loser]) >= 1 and lost_races(outs[1 - loser]) == 0, outs[loser][-3000:]
     assert len({r["table_version"] for r in results}) == 1
     assert len(DeltaTable(table).history()) == 1
     cmp = check(table, landing)

@@ -21,7 +21,8 @@ from airflow_eod.core.ask import ask, open_table
 from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.sources.landing_files import LandingFilesSource
-from tests.test_flat_cost import CONFIG, PIPELINE, _grow, _stage
+from tests.flat_helpers import CONFIG, PIPELINE, grow, stage_offset_batch, stage_tagged
+from tests.helpers import lost_races
 
 pytestmark = pytest.mark.guarantee
 
@@ -42,30 +43,6 @@ def _rows(table: str) -> list[int]:
     return sorted(full.to_pyarrow_table().column("seq").to_pylist())
 
 
-def _stage_tagged(table: str, plan: Any, tag: str) -> tuple[Any, Any]:
-    """``_stage`` with the pipeline in each row, so rows say which batch they came from."""
-    import pyarrow.parquet as pq
-    from deltalake import Schema
-
-    from airflow_eod.core.parquet_stats import file_stats
-    from airflow_eod.core.staged_files import StagedBatch, StagedFile
-
-    staged, manifest = _stage(table, plan)
-    f = staged.files[0]
-    path = os.path.join(table, f.path)
-    data = pa.table({"seq": pa.array([plan.seq], pa.int64()), "src": pa.array([tag], pa.string())})
-    pq.write_table(data, path)
-    rows, stats = file_stats(path)
-    st = os.stat(path)
-    staged = StagedBatch(
-        Schema.from_arrow(data.schema).to_json(),
-        [],
-        staged.attempt_dir,
-        [StagedFile(f.path, st.st_size, int(st.st_mtime * 1000), {}, rows, stats)],
-    )
-    return staged, manifest
-
-
 def _tagged_rows(table: str) -> list[tuple[str, int]]:
     t = DeltaTable(table).to_pyarrow_table()
     return sorted(zip(t.column("src").to_pylist(), t.column("seq").to_pylist(), strict=True))
@@ -80,8 +57,7 @@ from airflow_eod.core.ask import ask
 from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.sources.landing_files import LandingFilesSource
-import tests.test_flat_cost as fc
-fc.PIPELINE = "tests.other"
+import tests.flat_helpers as flat
 table, landing = {table!r}, {landing!r}
 os.makedirs(landing, exist_ok=True)
 with open(os.path.join(landing, "o.csv"), "w") as fh:
@@ -89,8 +65,8 @@ with open(os.path.join(landing, "o.csv"), "w") as fh:
 plan = LandingFilesSource(path=landing, file_format="csv").plan(
     PlanLog(table, "tests.other"), run_token="other", is_committed=lambda k: ask(table, k).committed
 )
-staged, manifest = fc._stage(table, plan)
-ours, status = commit_batch(table, plan.key, 0, staged, manifest, table_configuration=fc.CONFIG)
+staged, manifest = flat.stage_offset_batch(table, plan)
+ours, status = commit_batch(table, plan.key, 0, staged, manifest, table_configuration=flat.CONFIG)
 print(status.table_version)
 """
 
@@ -122,7 +98,7 @@ def test_a_checkpoint_and_cleanup_between_two_probes_do_not_land_a_commit_in_the
     """
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
     os.makedirs(landing)
-    _grow(table, landing, 20)  # versions 0..19, checkpoint at 10
+    grow(table, landing, 20)  # versions 0..19, checkpoint at 10
     _age_log(table)
     assert DeltaTable(table).version() == 19
 
@@ -132,7 +108,7 @@ def test_a_checkpoint_and_cleanup_between_two_probes_do_not_land_a_commit_in_the
         PlanLog(table, PIPELINE), run_token="run-20", is_committed=lambda k: ask(table, k).committed
     )
     assert plan is not None and plan.seq == 20
-    staged, manifest = _stage(table, plan)
+    staged, manifest = stage_offset_batch(table, plan)
 
     real = delta_log.read_commit_actions
     fired: list[int] = []
@@ -158,16 +134,15 @@ def test_a_checkpoint_and_cleanup_between_two_probes_do_not_land_a_commit_in_the
 
 
 _RACER = """
-import os, sys
+import logging, os, sys
 sys.path.insert(0, {repo!r})
+logging.basicConfig(level=logging.INFO)  # the commit engine's lost races, on stderr
 from airflow_eod.core.ask import ask
 from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.sources.landing_files import LandingFilesSource
-import tests.test_flat_cost as fc
-from tests.test_flat_adversary import _stage_tagged
+from tests.flat_helpers import stage_tagged
 table, pipe, n, cfg = {table!r}, {pipe!r}, {n!r}, {cfg!r}
-fc.PIPELINE = pipe
 landing = table + "-landing-" + pipe
 os.makedirs(landing, exist_ok=True)
 src = LandingFilesSource(path=landing, file_format="csv")
@@ -179,7 +154,7 @@ for i in range(n):
             plan = src.plan(
                 PlanLog(table, pipe), run_token=f"r{{i}}", is_committed=lambda k: ask(table, k).committed
             )
-            staged, manifest = _stage_tagged(table, plan, pipe)
+            staged, manifest = stage_tagged(table, plan, pipe)
             commit_batch(table, plan.key, 0, staged, manifest, table_configuration=cfg)
             break
         except Exception as exc:
@@ -210,6 +185,7 @@ def test_racing_pipelines_with_a_short_log_retention_lose_no_batch(tmp_path: Any
     cfg = {"delta.checkpointInterval": "2", "delta.logRetentionDuration": "interval 0 seconds"}
     procs, n = 4, 12
     failures: list[str] = []
+    lost = 0
     for round_no in range(6):
         table = str(tmp_path / f"table{round_no}")
         racers = [
@@ -217,40 +193,44 @@ def test_racing_pipelines_with_a_short_log_retention_lose_no_batch(tmp_path: Any
                 [sys.executable, "-c", _RACER.format(repo=REPO, table=table, pipe=f"p{j}", n=n, cfg=cfg)],
                 cwd=REPO,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
                 text=True,
             )
             for j in range(procs)
         ]
-        out = [line for p in racers for line in p.communicate()[0].splitlines()]
+        outs = [p.communicate() for p in racers]
+        out = [line for o, _ in outs for line in o.splitlines()]
+        lost += sum(lost_races(e) for _, e in outs)
         errors = [line for line in out if line.startswith(("ERROR", "WEDGED"))]
         from collections import Counter
 
         counts = Counter(_tagged_rows(table))
         expected = {(f"p{j}", seq) for j in range(procs) for seq in range(n)}
         duplicated = sorted(k for k, c in counts.items() if c > 1)
-        lost = sorted(expected - set(counts))
-        if duplicated or lost or any(e.startswith("WEDGED") for e in errors):
+        missing = sorted(expected - set(counts))
+        if duplicated or missing or any(e.startswith("WEDGED") for e in errors):
             failures.append(
                 f"round {round_no}: table version {DeltaTable(table).version()}, "
-                f"{sum(counts.values())} rows for {procs * n} batches; lost {lost}, "
+                f"{sum(counts.values())} rows for {procs * n} batches; lost {missing}, "
                 f"duplicated {duplicated}; errors {errors[:3]}"
             )
             break
     assert not failures, failures[0]
+    assert lost >= 1, "the pipelines never raced for a table version: the test proves nothing"
 
 
 _SAME_BATCH = """
-import os, sys, time
+import logging, os, sys, time
 sys.path.insert(0, {repo!r})
+logging.basicConfig(level=logging.INFO)  # the commit engine's lost races, on stderr
 from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.plan_log import PlanLog
-from tests.test_flat_cost import _stage
+from tests.flat_helpers import stage_offset_batch
 table, seqs, cfg, me = {table!r}, {seqs!r}, {cfg!r}, {me!r}
 log = PlanLog(table, "tests.flat")
 for seq in seqs:
     plan = log.get_offset_plan(seq)
-    staged, manifest = _stage(table, plan)
+    staged, manifest = stage_offset_batch(table, plan)
     while not os.path.exists(table + f"-go-{{seq}}"):
         time.sleep(0.001)
     ours, status = commit_batch(table, plan.key, 0, staged, manifest, table_configuration=cfg)
@@ -263,7 +243,7 @@ def test_held_racing_attempts_of_the_same_batches_commit_each_once(tmp_path: Any
     same moment, with a warm cache and a checkpoint at every commit: one commit each (I4)."""
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
     os.makedirs(landing)
-    _grow(table, landing, 2)
+    grow(table, landing, 2)
     source = LandingFilesSource(path=landing, file_format="csv")
     seqs = list(range(2, 8))
     for seq in seqs:  # plan the batches up front (planning is sequential in real life)
@@ -304,6 +284,9 @@ def test_held_racing_attempts_of_the_same_batches_commit_each_once(tmp_path: Any
     assert seen == [0, 1, *seqs], seen
     for seq in seqs:
         assert sum(1 for r in results if r[1] == str(seq) and r[2] == "True") == 1
+    # The racers did race: some lost a commit for the version and asked again (rather than
+    # each finding the batch already committed at its first ask).
+    assert sum(lost_races(e) for _, e in outs) >= 1, [e[-1500:] for _, e in outs]
     delta_log.clear_cache()
     reading = open_table(table)
     assert reading is not None and reading.version() == DeltaTable(table).version()
@@ -332,7 +315,7 @@ def test_held_restating_a_batch_in_an_odd_partition_directory_swaps_it_once(
     source = LandingFilesSource(path=landing, file_format="csv")
 
     def stage(plan: Any, generation: int, n: int) -> tuple[Any, Any]:
-        _, manifest = _stage(table, plan)
+        _, manifest = stage_offset_batch(table, plan)
         rel_dir = attempt_dir(plan.key, generation, _uuid.uuid4().hex[:16])
         rel = f"{rel_dir}/p={value}/part-0.parquet"
         os.makedirs(os.path.dirname(os.path.join(table, rel)), exist_ok=True)
@@ -367,7 +350,7 @@ def test_held_stale_or_dangling_hint_and_a_widened_schema_across_a_checkpoint(tm
     with deltalake's (version, markers, schema) and the rows are the source's."""
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
     os.makedirs(landing)
-    plans = _grow(table, landing, 23)  # checkpoints at 10 and 20
+    plans = grow(table, landing, 23)  # checkpoints at 10 and 20
     hint = os.path.join(table, "_delta_log", "_last_checkpoint")
     good = open(hint).read()
     for body in ('{"version": 10, "size": 1}', '{"version": 99, "size": 1}', "{not json"):
@@ -390,7 +373,7 @@ def test_held_stale_or_dangling_hint_and_a_widened_schema_across_a_checkpoint(tm
     plan = LandingFilesSource(path=landing, file_format="csv").plan(
         PlanLog(table, PIPELINE), run_token="run-23", is_committed=lambda k: ask(table, k).committed
     )
-    staged, manifest = _stage_tagged(table, plan, "wide")
+    staged, manifest = stage_tagged(table, plan, "wide")
     commit_batch(
         table, plan.key, 0, staged, manifest, table_configuration=CONFIG, schema_policy=SCHEMA_ADD_COLUMNS
     )
@@ -400,7 +383,7 @@ def test_held_stale_or_dangling_hint_and_a_widened_schema_across_a_checkpoint(tm
         nxt = LandingFilesSource(path=landing, file_format="csv").plan(
             PlanLog(table, PIPELINE), run_token=f"run-{n}", is_committed=lambda k: ask(table, k).committed
         )
-        commit_batch(table, nxt.key, 0, *_stage_tagged(table, nxt, "late"), table_configuration=CONFIG)
+        commit_batch(table, nxt.key, 0, *stage_tagged(table, nxt, "late"), table_configuration=CONFIG)
     delta_log.clear_cache()
     reading = open_table(table)
     full = DeltaTable(table)

@@ -10,16 +10,14 @@ import builtins
 import json
 import os
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable, Schema
+from deltalake import DeltaTable
 
 from airflow_eod.core import delta_log, offset_history
 from airflow_eod.core.ask import ask, open_table
@@ -27,62 +25,10 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.commit_record import CommitRecord, write_record
 from airflow_eod.core.errors import CorruptRecordError
-from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.parquet_stats import file_stats
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_offset_batch
-from airflow_eod.core.staged_files import StagedBatch, StagedFile
-from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.sources.landing_files import LandingFilesSource
-
-PIPELINE = "tests.flat"
-CONFIG = {"delta.checkpointInterval": "10"}
-
-
-def _stage(table: str, plan: Plan) -> tuple[StagedBatch, Manifest]:
-    attempt = uuid.uuid4().hex[:16]
-    rel_dir = attempt_dir(plan.key, plan.generation, attempt)
-    os.makedirs(os.path.join(table, rel_dir), exist_ok=True)
-    rel = f"{rel_dir}/part-0.parquet"
-    data = pa.table({"seq": pa.array([plan.seq or 0], pa.int64())})
-    pq.write_table(data, os.path.join(table, rel))
-    rows, stats = file_stats(os.path.join(table, rel))
-    st = os.stat(os.path.join(table, rel))
-    staged = StagedBatch(
-        Schema.from_arrow(data.schema).to_json(),
-        [],
-        rel_dir,
-        [StagedFile(rel, st.st_size, int(st.st_mtime * 1000), {}, rows, stats)],
-    )
-    manifest = Manifest(
-        PIPELINE,
-        plan.batch_key,
-        plan.generation,
-        plan.boundary,
-        plan.input_fingerprint,
-        rows,
-        1,
-        attempt,
-        "delta-rs",
-    )
-    return staged, manifest
-
-
-def _grow(table: str, landing: str, upto: int) -> list[Plan]:
-    """Land one file per batch and load batches until the table holds ``upto`` of them."""
-    source = LandingFilesSource(path=landing, file_format="csv")
-    plans: list[Plan] = []
-    seq = PlanLog(table, PIPELINE).newest_offset_seq()
-    for n in range(0 if seq is None else seq + 1, upto):
-        with open(os.path.join(landing, f"f{n:05d}.csv"), "w") as fh:
-            fh.write(f"seq\n{n}\n")
-        plan = source.plan(
-            PlanLog(table, PIPELINE), run_token=f"run-{n}", is_committed=lambda k: ask(table, k).committed
-        )
-        assert plan is not None and plan.seq == n
-        commit_batch(table, plan.key, 0, *_stage(table, plan), table_configuration=CONFIG)
-        plans.append(plan)
-    return plans
+from tests.flat_helpers import CONFIG, PIPELINE, grow, stage_offset_batch
 
 
 @contextmanager
@@ -130,7 +76,7 @@ def histories(tmp_path_factory: Any) -> dict[int, tuple[str, list[Plan]]]:
         root = tmp_path_factory.mktemp(f"flat{n}")
         table, landing = str(root / "table"), str(root / "landing")
         os.makedirs(landing)
-        out[n] = (table, _grow(table, landing, n))
+        out[n] = (table, grow(table, landing, n))
     return out
 
 
@@ -184,7 +130,7 @@ def test_planning_the_next_batch_opens_the_same_files_at_203_batches_as_at_23(
                 is_committed=lambda k, t=table: ask(t, k).committed,
             )
         assert plan is not None and [os.path.basename(f["path"]) for f in plan.inputs] == ["new.csv"]
-        commit_batch(table, plan.key, 0, *_stage(table, plan), table_configuration=CONFIG)
+        commit_batch(table, plan.key, 0, *stage_offset_batch(table, plan), table_configuration=CONFIG)
         costs[n] = seen
     # The landing directory keeps every old file: it is read once, and only the new file is
     # stat'ed; the plan log is read from its index and the plans after it.
@@ -233,7 +179,7 @@ def test_a_jdbc_style_source_sees_only_the_newest_committed_batch(histories: dic
 def test_a_record_the_table_contradicts_is_reported_as_corrupt(tmp_path: Any) -> None:
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
     os.makedirs(landing)
-    plans = _grow(table, landing, 3)
+    plans = grow(table, landing, 3)
     reading = open_table(table)
     assert reading is not None
     log = PlanLog(table, PIPELINE)
@@ -275,7 +221,7 @@ def test_a_warm_reading_survives_another_writers_commits_checkpoint_and_log_clea
 
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
     os.makedirs(landing)
-    _grow(table, landing, 3)
+    grow(table, landing, 3)
     warm = open_table(table)
     assert warm is not None and warm.version() == 2
     for _ in range(4):
@@ -287,7 +233,7 @@ def test_a_warm_reading_survives_another_writers_commits_checkpoint_and_log_clea
         os.utime(os.path.join(table, "_delta_log", f"{n:020d}.json"), (old, old))
     other.cleanup_metadata()
     assert not os.path.exists(os.path.join(table, "_delta_log", f"{3:020d}.json"))
-    plans = _grow(table, landing, 4)
+    plans = grow(table, landing, 4)
     full = DeltaTable(table)
     assert full.version() == 7
     assert sorted(pa.table(full.to_pyarrow_table()).column("seq").to_pylist()) == [-1, -1, -1, -1, 0, 1, 2, 3]
@@ -297,7 +243,7 @@ def test_a_warm_reading_survives_another_writers_commits_checkpoint_and_log_clea
 def test_a_table_recreated_at_the_same_path_is_not_read_from_a_warm_reading(tmp_path: Any) -> None:
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
     os.makedirs(landing)
-    plans = _grow(table, landing, 2)
+    plans = grow(table, landing, 2)
     before = open_table(table)
     assert before is not None and ask(table, plans[1].key).committed
     import shutil
@@ -318,18 +264,18 @@ def test_a_checkpoint_that_fails_is_written_by_the_next_commit(
 ) -> None:
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
     os.makedirs(landing)
-    _grow(table, landing, 10)  # versions 0..9: no checkpoint yet
+    grow(table, landing, 10)  # versions 0..9: no checkpoint yet
     real = DeltaTable.create_checkpoint
 
     def broken(self: DeltaTable) -> None:
         raise OSError("disk full, as a test")
 
     monkeypatch.setattr(DeltaTable, "create_checkpoint", broken)
-    _grow(table, landing, 11)  # version 10 is due a checkpoint, which fails: the batch stands
+    grow(table, landing, 11)  # version 10 is due a checkpoint, which fails: the batch stands
     assert ask(table, PlanLog(table, PIPELINE).get_offset_plan(10).key).committed
     assert not [n for n in os.listdir(os.path.join(table, "_delta_log")) if "checkpoint" in n]
     monkeypatch.setattr(DeltaTable, "create_checkpoint", real)
-    _grow(table, landing, 12)
+    grow(table, landing, 12)
     delta_log.clear_cache()
     reading = open_table(table)
     assert reading is not None and reading.checkpoint_version == 11 and reading.version() == 11

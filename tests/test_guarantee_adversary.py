@@ -94,19 +94,17 @@ def test_an_offset_pipeline_refuses_another_source(tmp_path: Any, table: str, sp
 
 @pytest.mark.badinput
 def test_an_outbox_vacuumed_before_its_delivery_is_refused_not_committed(
-    spark: Any, tmp_path: Any, table: str
+    spark: Any, tmp_path: Any, table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     landing, q = str(tmp_path / "day"), str(tmp_path / "rejects")
     write_order_files(landing, 1, 3)
     _with_reject(landing, "bad1")
     source = orders_source(landing, boundary="interval")
     plan = _interval_plan(source, table)
-    os.environ["EOD_FAULTPOINTS"] = "after_commit=raise@1"
-    try:
-        with pytest.raises(InjectedFault):
-            run_load(spark, spec_for(source, table, plan, quarantine_table_uri=q))
-    finally:
-        os.environ.pop("EOD_FAULTPOINTS")
+    monkeypatch.setenv("EOD_FAULTPOINTS", "after_commit=raise@1")
+    with pytest.raises(InjectedFault):
+        run_load(spark, spec_for(source, table, plan, quarantine_table_uri=q))
+    monkeypatch.delenv("EOD_FAULTPOINTS")
     # The quarantine table does not exist yet: make one so VACUUM can run, then age and
     # vacuum the staged outbox away, as a VACUUM with full listing does after 7 days.
     write_deltalake(
@@ -150,7 +148,7 @@ def test_a_file_dropped_by_a_refreeze_and_delivered_again_is_loaded(
 
 @pytest.mark.faults
 def test_a_restatement_that_died_before_its_record_answers_after_its_marker_expired(
-    spark: Any, landing: str, table: str
+    spark: Any, landing: str, table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_order_files(landing, 1, 5)
     source = orders_source(landing, boundary="interval")
@@ -161,12 +159,10 @@ def test_a_restatement_that_died_before_its_record_answers_after_its_marker_expi
         os.unlink(os.path.join(landing, name))
     write_order_files(landing, 1, 3, first_id=100)
     restated = restate(source, table, plan)
-    os.environ["EOD_FAULTPOINTS"] = "before_record=raise@1"
-    try:
-        with pytest.raises(InjectedFault):
-            run_load(spark, spec_for(source, table, restated, restate=True, try_number=1))
-    finally:
-        os.environ.pop("EOD_FAULTPOINTS")
+    monkeypatch.setenv("EOD_FAULTPOINTS", "before_record=raise@1")
+    with pytest.raises(InjectedFault):
+        run_load(spark, spec_for(source, table, restated, restate=True, try_number=1))
+    monkeypatch.delenv("EOD_FAULTPOINTS")
     time.sleep(3)
     assert DeltaTable(table).transaction_version(plan.key.app_id) is None, "the marker expired"
     status = ask(table, plan.key)

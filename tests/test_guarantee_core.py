@@ -172,17 +172,15 @@ def test_an_idle_offset_pipeline_moves_on_after_its_markers_expire(
 
 @pytest.mark.faults
 def test_a_crash_between_the_commit_and_its_record_is_repaired_by_the_next_ask(
-    spark: Any, landing: str, table: str
+    spark: Any, landing: str, table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_order_files(landing, 2, 10)
     source = orders_source(landing)
     plan = plan_for(source, table)
-    os.environ["EOD_FAULTPOINTS"] = "before_record=raise@1"
-    try:
-        with pytest.raises(InjectedFault):
-            run_load(spark, spec_for(source, table, plan, try_number=1))
-    finally:
-        os.environ.pop("EOD_FAULTPOINTS")
+    monkeypatch.setenv("EOD_FAULTPOINTS", "before_record=raise@1")
+    with pytest.raises(InjectedFault):
+        run_load(spark, spec_for(source, table, plan, try_number=1))
+    monkeypatch.delenv("EOD_FAULTPOINTS")
     record = os.path.join(
         table,
         "_eod",

@@ -26,7 +26,7 @@ from airflow_eod.examples.compare import compare_rows, read_delta_rows, read_lan
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load
-from tests.helpers import orders_source, plan_for, run_child, spec_for
+from tests.helpers import lost_races, orders_source, plan_for, run_child, spec_for
 
 pytestmark = [pytest.mark.guarantee, pytest.mark.spark, pytest.mark.badinput]
 DAY = datetime(2026, 11, 10, tzinfo=UTC)
@@ -258,42 +258,39 @@ def test_the_main_commit_carries_the_outbox(spark: Any, landing: str, table: str
 @pytest.mark.faults
 @pytest.mark.parametrize("point", JOB_POINTS)
 def test_a_restatement_that_crashes_at_a_boundary_keeps_both_tables_on_one_generation(
-    spark: Any, tmp_path: Any, table: str, point: str
+    spark: Any, tmp_path: Any, table: str, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     quarantine = str(tmp_path / "quarantine")
     pipeline = "tests.q_crash"
     source, plan, landing = _interval_batch(spark, tmp_path, table, quarantine, pipeline, ["x1", "x2"])
     _correct(landing, 8, 600, ["y1"])
-    os.environ["EOD_FAULTPOINTS"] = f"{point}=raise@1"
-    try:
-        with pytest.raises(InjectedFault):
-            run_load(
-                spark,
-                spec_for(
-                    source,
-                    table,
-                    _restated(source, table, plan, pipeline),
-                    restate=True,
-                    quarantine_table_uri=quarantine,
-                ),
-            )
-        main_gen, q_gen = _generations(table, quarantine, plan)
-        assert main_gen is not None and q_gen is not None and q_gen <= main_gen, (
-            f"the quarantine table is never ahead of the main table (main {main_gen}, quarantine {q_gen})"
-        )
-        retry = run_load(
+    monkeypatch.setenv("EOD_FAULTPOINTS", f"{point}=raise@1")
+    with pytest.raises(InjectedFault):
+        run_load(
             spark,
             spec_for(
                 source,
                 table,
                 _restated(source, table, plan, pipeline),
-                try_number=2,
                 restate=True,
                 quarantine_table_uri=quarantine,
             ),
         )
-    finally:
-        os.environ.pop("EOD_FAULTPOINTS")
+    main_gen, q_gen = _generations(table, quarantine, plan)
+    assert main_gen is not None and q_gen is not None and q_gen <= main_gen, (
+        f"the quarantine table is never ahead of the main table (main {main_gen}, quarantine {q_gen})"
+    )
+    retry = run_load(
+        spark,
+        spec_for(
+            source,
+            table,
+            _restated(source, table, plan, pipeline),
+            try_number=2,
+            restate=True,
+            quarantine_table_uri=quarantine,
+        ),
+    )
     assert retry.generation == 1 and retry.rows == 8
     assert _generations(table, quarantine, plan) == (1, 1)
     assert _rejects(quarantine) == ["y1"], "each bad record of the new generation once"
@@ -303,7 +300,7 @@ def test_a_restatement_that_crashes_at_a_boundary_keeps_both_tables_on_one_gener
 
 @pytest.mark.faults
 def test_a_crash_inside_the_delivery_is_healed_by_the_next_try(
-    spark: Any, landing: str, table: str, tmp_path: Any
+    spark: Any, landing: str, table: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     quarantine = str(tmp_path / "quarantine")
     write_order_files(landing, 2, 10)
@@ -312,18 +309,15 @@ def test_a_crash_inside_the_delivery_is_healed_by_the_next_try(
     plan = plan_for(source, table)
     # Try 1 dies after the main commit; try 2 dies inside the quarantine commit (the main
     # batch is already there, so its only commit is the delivery); try 3 delivers.
-    os.environ["EOD_FAULTPOINTS"] = "after_commit=raise@1,before_commit=raise@2"
-    try:
-        for try_number in (1, 2):
-            with pytest.raises(InjectedFault):
-                run_load(
-                    spark,
-                    spec_for(source, table, plan, try_number=try_number, quarantine_table_uri=quarantine),
-                )
-            assert _generations(table, quarantine, plan) == (0, None)
-        third = run_load(spark, spec_for(source, table, plan, try_number=3, quarantine_table_uri=quarantine))
-    finally:
-        os.environ.pop("EOD_FAULTPOINTS")
+    monkeypatch.setenv("EOD_FAULTPOINTS", "after_commit=raise@1,before_commit=raise@2")
+    for try_number in (1, 2):
+        with pytest.raises(InjectedFault):
+            run_load(
+                spark,
+                spec_for(source, table, plan, try_number=try_number, quarantine_table_uri=quarantine),
+            )
+        assert _generations(table, quarantine, plan) == (0, None)
+    third = run_load(spark, spec_for(source, table, plan, try_number=3, quarantine_table_uri=quarantine))
     assert third.outcome == "already_committed" and third.rows == 20
     assert _generations(table, quarantine, plan) == (0, 0) and _rejects(quarantine) == ["b1", "b2"]
     assert _version(table) == 0 and _version(quarantine) == 0
@@ -365,20 +359,23 @@ def test_two_attempts_racing_commit_the_batch_and_its_rejects_once(
     _bad_file(landing, "b", ["b1", "b2", "b3"])
     source = orders_source(landing)
     plan = plan_for(source, table)
-    # The first racer pauses between its ask and its commit, after staging its rejects.
-    a = run_child(
-        spec_for(source, table, plan, try_number=1, quarantine_table_uri=quarantine),
-        str(tmp_path),
-        "before_commit=sleep:3",
-        "a",
-    )
-    b = run_child(
-        spec_for(source, table, plan, try_number=2, quarantine_table_uri=quarantine), str(tmp_path), "", "b"
+    # Both racers pause between their ask and their commit, after staging their rejects, so
+    # both have asked "no" before either commits.
+    a, b = (
+        run_child(
+            spec_for(source, table, plan, try_number=n, quarantine_table_uri=quarantine),
+            str(tmp_path),
+            "before_commit=sleep:8",
+            name,
+        )
+        for n, name in ((1, "a"), (2, "b"))
     )
     outs = [p.communicate(timeout=300)[0].decode() for p in (a, b)]
     assert a.returncode == 0 and b.returncode == 0, "\n".join(o[-1500:] for o in outs)
     results = [json.load(open(os.path.join(str(tmp_path), f"{n}-result.json"))) for n in "ab"]
     assert sorted(r["outcome"] for r in results) == ["already_committed", "committed"]
+    loser = [r["outcome"] for r in results].index("already_committed")
+    assert lost_races(outs[loser]) >= 1, f"the loser did not lose a commit race: {outs[loser][-3000:]}"
     assert len(DeltaTable(table).history()) == 1 and len(DeltaTable(quarantine).history()) == 1
     assert _rejects(quarantine) == ["b1", "b2", "b3"] and _generations(table, quarantine, plan) == (0, 0)
     assert _attempt_dirs(quarantine, plan) == ["g0"], "the loser's staged rejects are gone"

@@ -161,15 +161,15 @@ def test_a_row_changed_inside_the_planned_range_fails_the_batch(
 
 @pytest.mark.airflow
 def test_operator_keeps_credentials_out_of_logs_xcom_plans_and_commits(
-    spark: Any, postgres: Any, airflow_db: str, tmp_path: Any, capfd: Any
+    spark: Any, postgres: Any, airflow_db: str, tmp_path: Any, capfd: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.conftest import REPO
     from tests.helpers import load_dag_file, xcom_value
 
     _setup(postgres, "orders_dag", 25)
     table = str(tmp_path / "jdbc_table")
-    os.environ["EOD_TEST_JDBC_TABLE"] = table
-    os.environ["AIRFLOW_CONN_EOD_TEST_PG"] = airflow_connection(postgres)
+    monkeypatch.setenv("EOD_TEST_JDBC_TABLE", table)
+    monkeypatch.setenv("AIRFLOW_CONN_EOD_TEST_PG", airflow_connection(postgres))
     module = load_dag_file(os.path.join(REPO, "tests", "dags", "eod_jdbc_test.py"))
     run = module.dag.test()
     assert str(run.state) == "success"

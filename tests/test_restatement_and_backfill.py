@@ -19,7 +19,7 @@ from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.load_job import run_load
 from airflow_eod.spark.load_spec import LoadSpec
-from tests.helpers import check, orders_source, run_child, spec_for
+from tests.helpers import check, lost_races, orders_source, run_child, spec_for
 from tests.jdbc_helpers import check_against_postgres, create_orders, insert_orders
 
 pytestmark = pytest.mark.spark
@@ -152,7 +152,7 @@ def test_two_intervals_loaded_in_parallel_processes_are_both_committed(tmp_path:
             run_child(
                 spec_for(source, table, _interval_plan(source, table, day)),
                 str(tmp_path),
-                "before_commit=sleep:2",
+                "before_commit=sleep:8",
                 f"day{day}",
             )
         )
@@ -160,6 +160,8 @@ def test_two_intervals_loaded_in_parallel_processes_are_both_committed(tmp_path:
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-1500:] for o in outs)
     results = [json.load(open(tmp_path / f"day{d}-result.json")) for d in (0, 1)]
     assert [r["outcome"] for r in results] == ["committed", "committed"]
+    # They did overlap: one of them lost the race to create the table and asked again.
+    assert sum(lost_races(o) for o in outs) >= 1, "\n".join(o[-1500:] for o in outs)
     cmp = check(table, str(tmp_path / "landing"))
     assert cmp.exact and cmp.table_rows == 100, cmp.describe()
 
@@ -206,7 +208,7 @@ def test_jdbc_timestamp_intervals_backfilled_backwards(spark: Any, postgres: Any
 @pytest.mark.faults
 @pytest.mark.parametrize("point", ["before_write", "after_stage", "before_commit", "after_commit"])
 def test_a_restatement_that_crashes_at_a_boundary_swaps_once(
-    spark: Any, tmp_path: Any, table: str, point: str
+    spark: Any, tmp_path: Any, table: str, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from airflow_eod.core.faults import InjectedFault
 
@@ -222,13 +224,10 @@ def test_a_restatement_that_crashes_at_a_boundary_swaps_once(
             replan=source.replan,
         )
 
-    os.environ["EOD_FAULTPOINTS"] = f"{point}=raise@1"
-    try:
-        with pytest.raises(InjectedFault):
-            run_load(spark, spec_for(source, table, restated(), restate=True, previous_generation=0))
-        retry = run_load(spark, spec_for(source, table, restated(), try_number=2, restate=True))
-    finally:
-        os.environ.pop("EOD_FAULTPOINTS")
+    monkeypatch.setenv("EOD_FAULTPOINTS", f"{point}=raise@1")
+    with pytest.raises(InjectedFault):
+        run_load(spark, spec_for(source, table, restated(), restate=True, previous_generation=0))
+    retry = run_load(spark, spec_for(source, table, restated(), try_number=2, restate=True))
     assert retry.generation == 1
     assert retry.outcome == ("already_committed" if point == "after_commit" else "committed")
     assert ask(table, plan.key).committed_generation == 1 and len(DeltaTable(table).history()) == 2
@@ -248,12 +247,15 @@ def test_two_attempts_racing_to_restate_commit_one_generation(tmp_path: Any, tab
     )
     procs = [
         run_child(spec_for(source, table, target, restate=True, try_number=n), str(tmp_path), faults, f"r{n}")
-        for n, faults in ((1, "before_commit=sleep:3"), (2, ""))
+        for n, faults in ((1, "before_commit=sleep:8"), (2, "before_commit=sleep:8"))
     ]
     outs = [p.communicate(timeout=300)[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-1500:] for o in outs)
     results = [json.load(open(tmp_path / f"r{n}-result.json")) for n in (1, 2)]
     assert sorted(r["outcome"] for r in results) == ["already_committed", "committed"]
+    # Both asked before either committed: the loser's restating commit lost and asked again.
+    loser = [r["outcome"] for r in results].index("already_committed")
+    assert lost_races(outs[loser]) >= 1, f"the loser did not lose a commit race: {outs[loser][-3000:]}"
     assert {r["generation"] for r in results} == {1} and len(DeltaTable(table).history()) == 2
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 9, cmp.describe()

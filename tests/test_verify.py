@@ -772,8 +772,6 @@ def test_a_record_edited_to_list_a_copy_its_commit_never_added_is_an_error(
     tests do) to list the copy and 10 rows. The record's commit is still in the log and added
     one file with a manifest of 5 rows, but verify checks only that the commit carries the
     marker: the copy is "listed by its own batch", so it is not compared, and the rows add up."""
-    from tests.test_verify import _rewrite_record
-
     plan = loaded["21"]
     path, body = _record(table, plan)
     original = body["files"][0]
