@@ -512,20 +512,25 @@ def test_verify_does_not_let_one_unknown_batch_hide_rows_dropped_by_a_fake_optim
     capsys.readouterr()
 
 
-def test_verify_notices_a_committed_batch_whose_rejects_never_reached_the_quarantine_table(
-    table: str, tmp_path: Any, capsys: Any
-) -> None:
-    """The main commit carries an outbox of 2 malformed records that was never delivered (the
-    task died after the main commit and was not retried): the tables are out of step."""
+def _commit_with_an_undelivered_outbox(table: str, quarantine: str) -> Plan:
+    """A batch committed with 2 malformed records in its outbox, never delivered."""
     from airflow_eod.spark.quarantine import Outbox, with_outbox
 
-    quarantine = str(tmp_path / "quarantine")
     plan = _plan(table, 20)
     staged, manifest = stage_rows(table, plan, 0, "good", [1, 2, 3])
     q_staged, _ = stage_rows(quarantine, plan, 0, "bad", [8, 9])
     manifest = with_outbox(manifest, Outbox(normalise(quarantine), False, q_staged))
     ours, status = commit_batch(table, plan.key, 0, staged, manifest)
     assert ours and status.committed
+    return plan
+
+
+def test_verify_notices_a_committed_batch_whose_rejects_never_reached_the_quarantine_table(
+    table: str, tmp_path: Any, capsys: Any
+) -> None:
+    """The main commit carries an outbox of 2 malformed records that was never delivered (the
+    task died after the main commit and was not retried): the tables are out of step."""
+    plan = _commit_with_an_undelivered_outbox(table, str(tmp_path / "quarantine"))
     report = audit_table(table)
     about = [f for f in report.findings if f.batch_key == plan.batch_key and "quarantine" in f.message]
     assert about, f"verify is silent about the undelivered rejects: {report.findings}"
@@ -660,15 +665,7 @@ def test_an_undelivered_outbox_whose_committer_died_before_its_record_is_behind(
     before_record), so before the delivery too, and was marked failed by hand. The outbox is in
     the commit in the log (its manifest), but the quarantine check reads only records: verify
     warns record_missing and exits 0 while the 2 rejects never reached the quarantine table."""
-    from airflow_eod.spark.quarantine import Outbox, with_outbox
-
-    quarantine = str(tmp_path / "quarantine")
-    plan = _plan(table, 20)
-    staged, manifest = stage_rows(table, plan, 0, "good", [1, 2, 3])
-    q_staged, _ = stage_rows(quarantine, plan, 0, "bad", [8, 9])
-    manifest = with_outbox(manifest, Outbox(normalise(quarantine), False, q_staged))
-    ours, status = commit_batch(table, plan.key, 0, staged, manifest)
-    assert ours and status.committed
+    plan = _commit_with_an_undelivered_outbox(table, str(tmp_path / "quarantine"))
     path, _ = _record(table, plan)
     os.remove(path)  # as if the committer died at before_record
     report = audit_table(table)

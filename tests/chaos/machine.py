@@ -39,7 +39,7 @@ from airflow_eod.core.errors import (
     InputChangedError,
     RetentionWindowError,
 )
-from airflow_eod.core.faults import ENV_VAR, InjectedFault
+from airflow_eod.core.faults import ENV_VAR, POINTS, InjectedFault
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.table_audit import audit_table
 from airflow_eod.sources import Credentials, ReadContext
@@ -57,15 +57,7 @@ SPARK: dict[str, Any] = {}
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 DAYS = 5
 # Where an in-process attempt may die (the InjectedFault stands for the process dying).
-RAISE_POINTS = [
-    "after_plan",
-    "before_write",
-    "after_stage",
-    "before_commit",
-    "before_record",
-    "after_commit",
-    "in_cleanup",
-]
+RAISE_POINTS = list(POINTS)  # every one of them
 # Where a child attempt is SIGKILLed: a boundary, or a random moment after one.
 KILL_PHASES = {
     "planning": "after_plan=kill",
