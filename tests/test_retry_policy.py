@@ -84,8 +84,7 @@ def test_a_refused_load_ends_on_its_first_try_and_a_missing_input_is_retried(
 
 @pytest.mark.airflow
 def test_a_sensor_on_a_directory_that_is_no_table_fails_without_retries(tmp_path: Any) -> None:
-    from airflow.sdk.exceptions import AirflowFailException
-
+    from airflow_eod.airflow_exceptions import AirflowFailException
     from airflow_eod.sensors.delta_batch import DeltaBatchSensor
 
     foreign = tmp_path / "someone_elses"

@@ -143,7 +143,7 @@ def test_trigger_sends_an_error_event_for_a_table_it_cannot_read(tmp_path: Any) 
 
 
 def test_default_deferrable_comes_from_the_configuration(monkeypatch: Any, table: str) -> None:
-    from airflow.sdk.exceptions import TaskDeferred
+    from airflow_eod.airflow_exceptions import TaskDeferred
 
     monkeypatch.delenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", raising=False)
     assert _sensor(table_uri=table, batch_key=_key(20).key).deferrable is False
@@ -172,7 +172,7 @@ def test_sensor_returns_at_once_when_the_batch_is_committed(table: str, deferrab
 
 
 def test_deferrable_sensor_skips_and_fails_as_a_poking_one_does(table: str) -> None:
-    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+    from airflow_eod.airflow_exceptions import AirflowFailException, AirflowSkipException
 
     with pytest.raises(AirflowSkipException, match="had nothing to load"):
         _sensor(table_uri=table, batch_key="None", deferrable=True).execute({})
@@ -188,7 +188,8 @@ def test_resumed_sensor_tells_a_timeout_from_other_failures(table: str) -> None:
     trigger's own deadline sends a ``timeout`` event. Both are AirflowSensorTimeout (no retry),
     both a skip with ``soft_fail``; a failed ask is another error, which retries may fix."""
     from airflow.models.trigger import TriggerFailureReason
-    from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
+
+    from airflow_eod.airflow_exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
     scheduler_timeout = ("__fail__", {"error": TriggerFailureReason.TRIGGER_TIMEOUT})
     trigger_timeout = ("execute_complete", {"event": {"status": "timeout", "batch": "b", "message": "late"}})

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pendulum
 from airflow.sdk import Asset, BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_eod.airflow_exceptions import AirflowFailException
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, decide_submitted, load_batch
 from airflow_eod.core.options import (

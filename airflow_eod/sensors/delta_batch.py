@@ -13,15 +13,19 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import (
+
+try:
+    from airflow.sdk.configuration import conf
+except ImportError:  # Airflow 3.1
+    from airflow.configuration import conf  # type: ignore[no-redef]
+
+from airflow_eod.airflow_exceptions import (
     AirflowException,
     AirflowFailException,
     AirflowSensorTimeout,
     AirflowSkipException,
     AirflowTaskTimeout,
 )
-
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import ConfigurationError, EodError
