@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint typecheck check-java clean bench
+.PHONY: demo test test-airflow-lowest lint typecheck check-java clean bench
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 or newer is required (Spark runs on the JVM): install a JDK, e.g. 'apt-get install openjdk-17-jdk-headless'"; exit 1; }
@@ -29,6 +29,22 @@ test: check-java $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The `airflow` tier again on the lowest Airflow release pyproject.toml admits (CI runs it
+# after `make test`; the highest is the one `make test` installs).
+AIRFLOW_LOWEST ?= 3.1.8
+LOWEST_VENV := .venv-airflow-$(AIRFLOW_LOWEST)
+LOWEST_STAMP := $(LOWEST_VENV)/.installed
+
+$(LOWEST_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_VENV)/bin/pip install --quiet --upgrade pip
+	$(LOWEST_VENV)/bin/pip install --quiet -e '.[dev]' 'apache-airflow[postgres]==$(AIRFLOW_LOWEST)'
+	touch $(LOWEST_STAMP)
+
+test-airflow-lowest: check-java $(LOWEST_STAMP)
+	$(LOWEST_VENV)/bin/python -c 'import airflow; assert airflow.__version__ == "$(AIRFLOW_LOWEST)", airflow.__version__'
+	$(LOWEST_VENV)/bin/python -m pytest -m "airflow and not scheduler and not cluster" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check airflow_eod dags tests benchmarks

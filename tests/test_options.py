@@ -106,7 +106,10 @@ def test_the_jdbc_operator_checks_its_options_early() -> None:
 
 @pytest.mark.airflow
 def test_a_typo_is_an_import_error_of_the_dag(airflow_db: str, tmp_path: Any) -> None:
-    from airflow.dag_processing.dagbag import DagBag
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.1
+        from airflow.models.dagbag import DagBag  # type: ignore[no-redef]
 
     dags = tmp_path / "dags"
     dags.mkdir()
