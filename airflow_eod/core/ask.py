@@ -74,7 +74,13 @@ def open_table(table_uri: str) -> TableLog | None:
         return None
     if not stat.S_ISDIR(mode):
         raise UnsupportedTableError(f"{path} is a file, not a Delta table directory")
-    foreign = sorted(set(os.listdir(path)) - _OWN_ENTRIES - {"_delta_log"})
+    entries = set(os.listdir(path))
+    # Our plan log is written only into an empty directory or a table (load_flow.freeze
+    # refuses any other first), and a _delta_log/ without a commit is a Delta writer's first
+    # commit on its way: beside either, files are a Delta Spark first write that died or is
+    # still running (it writes at the table's root), not another system's.
+    claimed = META_DIR in entries or "_delta_log" in entries
+    foreign = [] if claimed else sorted(entries - _OWN_ENTRIES)
     if foreign:
         raise UnsupportedTableError(
             f"{path} exists but is not a Delta table (it holds {', '.join(foreign[:5])}); "

@@ -48,7 +48,9 @@ def local_path(table_uri: str) -> str:
 def table_asset_uri(table_uri: str) -> str:
     """The table as an Airflow Asset URI: ``file://`` and the absolute path, percent-encoded
     (Airflow drops a URI's fragment, so a ``#`` in a path must not be left raw)."""
-    return Path(local_path(table_uri)).as_uri()
+    # POSIX leaves a path that starts with exactly two slashes to the system (Linux reads it
+    # as one); "file:////x" would become host "x" in Airflow's URI normalisation.
+    return Path("/" + local_path(table_uri).lstrip("/")).as_uri()
 
 
 def normalise(table_uri: str) -> str:

@@ -72,7 +72,9 @@ class JdbcSourceHook(BaseHook):
                 "with host, port and schema (the database), a jdbc connection whose host is the JDBC "
                 "URL, or set extra.jdbc_url"
             )
-        return f"jdbc:{scheme}://{conn.host}:{conn.port or 5432}/{conn.schema or ''}"
+        # An IPv6 address goes in brackets, or its colons read as the port's.
+        host = f"[{conn.host}]" if ":" in conn.host and not conn.host.startswith("[") else conn.host
+        return f"jdbc:{scheme}://{host}:{conn.port or 5432}/{conn.schema or ''}"
 
     @property
     def driver(self) -> str:

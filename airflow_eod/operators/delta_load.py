@@ -183,7 +183,10 @@ class BaseDeltaLoadOperator(BaseOperator):
             # The table is the task's outlet: a DAG scheduled on it runs after each load, and
             # the asset event's extra says which batch arrived (see execute). A templated
             # table has no URI yet when the DAG is parsed; declare the outlet yourself.
-            kwargs["outlets"] = [Asset(uri=table_asset_uri(table_uri))]
+            try:
+                kwargs["outlets"] = [Asset(uri=table_asset_uri(table_uri))]
+            except ValueError:  # Airflow refuses URIs of more than 1500 characters
+                kwargs["outlets"] = []
         super().__init__(**kwargs)
         if execution == "submit" and callable(transform):
             raise ConfigurationError(

@@ -92,7 +92,8 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
         scheme = "postgres" if url.scheme == "postgresql" else url.scheme
         database = url.path.lstrip("/")
         table = self.source_table if "." in self.source_table else f"public.{self.source_table}"
-        return [(f"{scheme}://{url.hostname}:{url.port or 5432}", f"{database}.{table}")]
+        host = f"[{url.hostname}]" if url.hostname and ":" in url.hostname else url.hostname
+        return [(f"{scheme}://{host}:{url.port or 5432}", f"{database}.{table}")]
 
     def credentials(self) -> Credentials:
         return self.hook.credentials()

@@ -31,6 +31,7 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.planner import require_interval
 from airflow_eod.core.result import COMMITTED, result_from_status
+from airflow_eod.core.table_layout import normalise
 from airflow_eod.run_context import data_interval_for, pipeline_id_for
 from airflow_eod.triggers.delta_batch import ERROR, SUCCESS, TIMEOUT, DeltaBatchTrigger
 
@@ -185,7 +186,8 @@ class DeltaBatchSensor(BaseSensorOperator):
         self.log.info("batch %s: deferring to the triggerer (timeout %.0f s)", batch, self.timeout)
         self.defer(
             trigger=DeltaBatchTrigger(
-                table_uri=self.table_uri,
+                # The triggerer runs elsewhere, in another working directory.
+                table_uri=normalise(self.table_uri),
                 pipeline_id=batch.pipeline_id,
                 batch_key=batch.key,
                 generation=self.generation,

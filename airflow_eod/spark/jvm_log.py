@@ -42,15 +42,17 @@ def level_of(line: str, previous: int) -> int:
 
 
 def _forward(stream: IO[bytes], logger: logging.Logger) -> None:
-    level = logging.INFO
+    carried = logging.INFO  # the level a line without its own continues
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace").rstrip("\r\n")
         if not line.strip():
             continue
-        level = level_of(line, level)
+        level = level_of(line, carried)
+        if not line.startswith("WARNING:"):  # the JVM's own warnings are one line each
+            carried = level
         try:
             logger.log(level, "%s", line)
-        except Exception:
+        except Exception:  # a broken handler must not stop the reading: the JVM would block
             pass
 
 

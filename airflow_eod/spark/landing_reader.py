@@ -120,7 +120,11 @@ def declared_schema(ddl: str) -> StructType:
     to read it costs a Python RDD (~30 ms) every load."""
     from pyspark.sql.types import DataType, StructType
 
-    parsed = DataType.fromDDL(ddl)
+    try:
+        parsed = DataType.fromDDL(ddl)
+    except Exception as exc:  # Spark's ParseException: a retry parses the same text
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigurationError(f"the schema {ddl!r} is not a Spark DDL schema: {first}") from exc
     if not isinstance(parsed, StructType):
         raise ConfigurationError(f"the schema {ddl!r} is not a list of columns such as 'id INT, name STRING'")
     return parsed
