@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from airflow_eod.airflow_exceptions import AirflowFailException
 from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import BatchError, InputChangedError
 from airflow_eod.core.load_flow import LoadRequest, load_batch
@@ -338,7 +339,9 @@ def test_an_input_changed_after_planning_fails_with_the_same_clear_error_in_both
     assert (restated["outcome"], restated["generation"], restated["rows"]) == (COMMITTED, 1, 17)
     cmp = check(table, day_dir)
     assert cmp.exact and cmp.table_rows == 17, cmp.describe()
-    assert isinstance(error, InputChangedError), f"{type(error).__name__}: {error}"
+    # No retry fixes a changed input: the task ends at once, with the error as its cause.
+    assert isinstance(error, AirflowFailException), f"{type(error).__name__}: {error}"
+    assert isinstance(error.__cause__, InputChangedError), f"{type(error.__cause__).__name__}"
     assert "orders-000001-0000.csv" in str(error) and f"restate_batch_key={frozen.batch_key}" in str(error)
 
 

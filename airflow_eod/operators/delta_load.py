@@ -368,10 +368,13 @@ class BaseDeltaLoadOperator(BaseOperator):
         cleared run of a committed batch sends its key again (``already_committed``), so a
         consumer that must act once per batch keys on ``batch_key`` and ``generation``.
         """
+        events = context.get("outlet_events")
+        if events is None:  # run outside a task (a test's hand-made context): no event
+            return
         uri = table_asset_uri(self.table_uri)
         for outlet in self.outlets or []:
             if isinstance(outlet, Asset) and outlet.uri == uri:
-                context["outlet_events"][outlet].extra.update(result.to_dict())
+                events[outlet].extra.update(result.to_dict())
 
     # -- submit mode -----------------------------------------------------------------
     def _submit(self, frozen: FrozenBatch, spec: LoadSpec, credentials: Credentials | None) -> LoadResult:
