@@ -231,10 +231,15 @@ def test_asset_event_carries_the_batch_for_a_table_path_with_a_leading_double_sl
     from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
 
     op = LandingFilesToDeltaOperator(task_id="load", landing_path="/landing", table_uri="//lake/t")
-    events: Any = defaultdict(lambda: SimpleNamespace(extra={}))
+    by_uri: Any = defaultdict(lambda: SimpleNamespace(extra={}))
+
+    class Events:  # as Airflow's outlet-event accessors, by the asset's URI (3.1's Asset is unhashable)
+        def __getitem__(self, asset: Any) -> Any:
+            return by_uri[asset.uri]
+
     result = LoadResult("p", "o-00000001", 0, 3, 10, 1, "committed", "/lake/t")
-    op._attach_to_asset_event({"outlet_events": events}, result)
-    assert events[op.outlets[0]].extra.get("batch_key") == "o-00000001", (op.outlets[0].uri, dict(events))
+    op._attach_to_asset_event({"outlet_events": Events()}, result)
+    assert by_uri[op.outlets[0].uri].extra.get("batch_key") == "o-00000001", (op.outlets[0].uri, dict(by_uri))
 
 
 # -- the trigger asks another table than the sensor for a relative table_uri -----------------
