@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pendulum
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_eod.airflow_exceptions import AirflowFailException
+from airflow_eod.airflow_exceptions import ending_at_once
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, decide_submitted, load_batch
 from airflow_eod.core.options import (
@@ -259,11 +259,7 @@ class BaseDeltaLoadOperator(BaseOperator):
         except EodError as exc:
             if exc.retryable:
                 raise
-            # Another try would fail the same way: end the task now, its retries unspent.
-            raise AirflowFailException(
-                f"{exc} [{type(exc).__name__}: no retry can fix this, so the task ends without "
-                "retrying; docs/reference.md, 'Errors that end a task at once']"
-            ) from exc
+            raise ending_at_once(exc) from exc
 
     def _load(self, context: Any) -> dict[str, Any]:
         from airflow_eod.spark.load_job import settle_committed

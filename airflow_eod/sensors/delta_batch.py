@@ -25,6 +25,7 @@ from airflow_eod.airflow_exceptions import (
     AirflowSensorTimeout,
     AirflowSkipException,
     AirflowTaskTimeout,
+    ending_at_once,
 )
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
@@ -128,9 +129,11 @@ class DeltaBatchSensor(BaseSensorOperator):
     def _checked_batch(self, context: Any) -> BatchKey:
         try:
             return self._batch(context)
-        except ConfigurationError as exc:
+        except EodError as exc:
+            if exc.retryable:
+                raise
             # No retry and no further poke can fix a wrong key or a wrong set-up.
-            raise AirflowFailException(f"{self.task_id}: {exc}") from exc
+            raise ending_at_once(exc, f"{self.task_id}: ") from exc
 
     def _committed_result(self, batch: BatchKey) -> dict[str, Any] | None:
         """The load result when the table holds ``batch``, else ``None``."""
@@ -140,7 +143,7 @@ class DeltaBatchSensor(BaseSensorOperator):
             if exc.retryable:
                 raise
             # Not a Delta table, a corrupt plan log...: no later poke or retry sees otherwise.
-            raise AirflowFailException(f"{self.task_id}: batch {batch}: {exc}") from exc
+            raise ending_at_once(exc, f"{self.task_id}: batch {batch}: ") from exc
         if not status.committed:
             self.log.info("batch %s: not committed at generation %d yet", batch, self.generation)
             return None
