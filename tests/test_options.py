@@ -91,9 +91,11 @@ def test_a_wrong_option_fails_when_the_operator_is_made(kwargs: dict[str, Any], 
 
 
 def test_templated_values_and_a_transform_are_left_for_run_time() -> None:
-    _landing(table_uri="{{ params.table }}", schema="{{ params.schema }}", partition_by=["x"])
-    _landing(partition_by=["derived"], transform="mypkg.mod:fn")  # the transform may add it
-    _landing(partition_by=["ORDER_DATE"])  # Spark's names are case-insensitive
+    templated = _landing(table_uri="{{ params.table }}", schema="{{ params.schema }}", partition_by=["x"])
+    assert (templated.table_uri, templated.schema) == ("{{ params.table }}", "{{ params.schema }}")
+    derived = _landing(partition_by=["derived"], transform="mypkg.mod:fn")  # the transform may add it
+    assert derived.partition_by == ["derived"]
+    assert _landing(partition_by=["ORDER_DATE"]).partition_by == ["ORDER_DATE"]  # case-insensitive
 
 
 def test_the_jdbc_operator_checks_its_options_early() -> None:

@@ -30,7 +30,7 @@ def test_ddl_backslash_escaped_quote_in_comment_is_accepted(ddl: str) -> None:
 
 @pytest.mark.parametrize("ddl", ["1a INT", "id INT, 2nd_address STRING"])  # Spark: ok
 def test_ddl_column_name_starting_with_a_digit_is_accepted(ddl: str) -> None:
-    ddl_columns("schema", ddl)
+    assert [c for c in ddl_columns("schema", ddl) if c[0].isdigit()], ddl
 
 
 @pytest.mark.parametrize("ddl", ["struct<a:int, b:string>", "STRUCT<a INT>"])  # Spark: ok, a StructType
@@ -57,9 +57,10 @@ def test_ddl_refusal_is_a_dag_import_error_for_a_valid_schema() -> None:
     from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
 
     # Spark reads this schema; the operator refuses to be built.
-    LandingFilesToDeltaOperator(
+    op = LandingFilesToDeltaOperator(
         task_id="load", landing_path="/landing", table_uri="/lake/t", schema="id INT, 2nd_line STRING"
     )
+    assert op.schema == "id INT, 2nd_line STRING"
 
 
 # -- ... and accepts schemas Spark refuses (the task then fails at run time, every try) -----
@@ -301,4 +302,5 @@ def test_a_table_path_with_non_ascii_names_does_not_break_dag_import() -> None:
     from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
 
     table = "/lake/" + "/".join(["数据表" * 20] * 3)
-    LandingFilesToDeltaOperator(task_id="load", landing_path="/landing", table_uri=table)
+    op = LandingFilesToDeltaOperator(task_id="load", landing_path="/landing", table_uri=table)
+    assert op.outlets == [], "no default outlet for a URI Airflow cannot take (declare one yourself)"
