@@ -109,29 +109,35 @@ class PostgresServer:
             stdout=subprocess.DEVNULL,
         )
         port = _free_port()
-        subprocess.run(
-            [
-                *as_user,
-                f"{bindir}/pg_ctl",
-                "-D",
-                datadir,
-                "-l",
-                os.path.join(root, "log"),
-                "-w",
-                "-o",
-                f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off",
-                "start",
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
         server = cls(bindir, datadir, port, as_user)
-        conn = server.connect("postgres")
-        conn.autocommit = True  # CREATE DATABASE cannot run in a transaction block
         try:
-            conn.cursor().execute(f"CREATE DATABASE {DATABASE}")
-        finally:
-            conn.close()
+            subprocess.run(
+                [
+                    *as_user,
+                    f"{bindir}/pg_ctl",
+                    "-D",
+                    datadir,
+                    "-l",
+                    os.path.join(root, "log"),
+                    "-w",
+                    "-o",
+                    f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off",
+                    "start",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            conn = server.connect("postgres")
+            conn.autocommit = True  # CREATE DATABASE cannot run in a transaction block
+            try:
+                conn.cursor().execute(f"CREATE DATABASE {DATABASE}")
+            finally:
+                conn.close()
+        except BaseException:
+            # pg_ctl daemonizes the server the moment it starts, and the caller never gets
+            # it to stop (a SIGTERM lands anywhere in here as a KeyboardInterrupt).
+            server.stop()
+            raise
         return server
 
     def connect(self, database: str | None = None):  # type: ignore[no-untyped-def]
