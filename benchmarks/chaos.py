@@ -23,7 +23,6 @@ import time
 # The harness lives with the tests (it is test tooling, not part of the package).
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from benchmarks.common import stop_cleanly_on_sigterm
 from tests.chaos.report import REPORT
 from tests.chaos.run import run_trials
 
@@ -40,7 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shrink", action="store_true", help="shrink a failing history (slow)")
     parser.add_argument("--no-postgres", action="store_true", help="leave the JDBC pipeline out")
     args = parser.parse_args(argv)
-    stop_cleanly_on_sigterm()
     os.environ["EOD_CHAOS_KILL_PERCENT"] = str(args.kill_percent)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
@@ -26,13 +25,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
-
-
-def stop_cleanly_on_sigterm() -> None:
-    """Make SIGTERM end the run as Ctrl-C does: the servers a run starts (PostgreSQL is a
-    daemon that outlives its parent) are stopped by the ``finally`` blocks that SIGTERM's
-    default action would skip. SIGKILL still leaves them; nothing can catch that."""
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks import history, load, peer
 from benchmarks.charts import draw_all
-from benchmarks.common import Row, Settings, machine, progress, spark_session, stop_cleanly_on_sigterm
+from benchmarks.common import Row, Settings, machine, progress, spark_session
 from benchmarks.report import readme_section, summary, text_table, update_readme, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,7 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", help="work directory (default: benchmarks/.work/<mode>)")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite benchmarks/README.md")
     args = parser.parse_args(argv)
-    stop_cleanly_on_sigterm()
     settings = Settings.quick() if args.quick else Settings.full()
     if args.only:
         settings.areas = [a.strip() for a in args.only.split(",") if a.strip()]

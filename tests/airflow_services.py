@@ -26,7 +26,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from typing import IO, Any, TypeVar
 import pytest
 
 from tests.postgres_server import PostgresServer, _bindir, _free_port
+from tests.reaper import Reaper, kill_tree, watch
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 AIRFLOW_BIN = os.path.join(os.path.dirname(sys.executable), "airflow")
@@ -120,30 +120,6 @@ def _tail(path: str, lines: int) -> str:
         return f"({exc})"
 
 
-def _kill_tree(pid: int, grace: float) -> None:
-    """SIGTERM a process and everything below it, then SIGKILL what is left after ``grace``.
-
-    Task processes and their Spark JVMs run in process groups of their own (the task
-    supervisor puts them there), so killing the service's group alone would leak them:
-    the whole tree is collected first, by pid.
-    """
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(signal.SIGTERM)
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=5)
-
-
 @dataclass
 class AirflowServices:
     """A running Airflow (scheduler, dag-processor, api-server) on its own PostgreSQL DB.
@@ -158,6 +134,7 @@ class AirflowServices:
     env: dict[str, str]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _log_files: dict[str, IO[bytes]] = field(default_factory=dict)
+    _reapers: list[Reaper] = field(default_factory=list)
     _jwt_secret: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     _admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(16))
     _token: str | None = None
@@ -281,17 +258,22 @@ class AirflowServices:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # signals of the test run's terminal do not reach it
         )
+        # Its own session outlives a test run that dies without stop(): the watcher ends it.
+        self._reapers.append(watch([{"kill_tree": self.processes[name].pid}]))
 
     def stop(self) -> None:
         """End every process this started (and their children), then PostgreSQL."""
         for proc in self.processes.values():
-            _kill_tree(proc.pid, grace=15)
+            kill_tree(proc.pid, grace=15)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
         for log in self._log_files.values():
             log.close()
         self.postgres.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+        for reaper in self._reapers:
+            reaper.release()
+        self._reapers.clear()
 
     # -- health ----------------------------------------------------------------------
     def check_alive(self) -> None:

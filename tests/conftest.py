@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,13 +38,6 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ.pop("EOD_FAULTPOINTS", None)
 # py4j logs from __del__ at interpreter exit, after pytest has closed the streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # SIGTERM (CI's timeout, `kill`) would end pytest without tearing fixtures down, and the
-    # PostgreSQL servers, Spark cluster and Airflow services they started would outlive it.
-    # As a KeyboardInterrupt, pytest stops the run and still runs every teardown.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.reaper import Reaper, stop_postgres, watch
+
 JDBC_JAR = "/usr/share/java/postgresql.jar"
 USER = "eod_loader"
 PASSWORD = "s3cr3t-Pa55-for-eod-tests"
@@ -59,6 +61,7 @@ class PostgresServer:
     datadir: str
     port: int
     as_user: list[str]
+    reaper: Reaper | None = None
 
     host = "127.0.0.1"
     user = USER
@@ -80,24 +83,36 @@ class PostgresServer:
             if os.environ.get("EOD_REQUIRE_POSTGRES"):
                 pytest.fail(reason)
             pytest.skip(reason)
-        root = tempfile.mkdtemp(prefix="eod-pg-", dir="/tmp")
-        os.chmod(root, 0o755)
-        as_user: list[str] = []
-        if os.geteuid() == 0:
-            shutil.chown(root, "postgres", "postgres")
-            as_user = ["runuser", "-u", "postgres", "--"]
+        # EOD_PG_ROOT: where the server's directory goes (a test of the watcher gives each
+        # run its own); short, because the server's Unix socket lives in it.
+        root = tempfile.mkdtemp(prefix="eod-pg-", dir=os.environ.get("EOD_PG_ROOT", "/tmp"))
         datadir = os.path.join(root, "data")
+        as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        # pg_ctl daemonizes the server: if this process dies without stop() (a SIGKILL, a
+        # SIGTERM, a second Ctrl-C), the watcher stops it and removes its directory.
+        reaper = watch([{"stop_postgres": datadir, "bindir": bindir, "as_user": as_user}, {"rmtree": root}])
+        server = cls(bindir, datadir, _free_port(), as_user, reaper)
+        try:
+            server._init_and_start(root)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def _init_and_start(self, root: str) -> None:
+        os.chmod(root, 0o755)
         pwfile = os.path.join(root, "pw")
         with open(pwfile, "w") as fh:
             fh.write(PASSWORD)
-        if as_user:
+        if self.as_user:
+            shutil.chown(root, "postgres", "postgres")
             shutil.chown(pwfile, "postgres", "postgres")
         subprocess.run(
             [
-                *as_user,
-                f"{bindir}/initdb",
+                *self.as_user,
+                f"{self.bindir}/initdb",
                 "-D",
-                datadir,
+                self.datadir,
                 "-U",
                 USER,
                 "--auth=scram-sha-256",
@@ -108,37 +123,28 @@ class PostgresServer:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        port = _free_port()
-        server = cls(bindir, datadir, port, as_user)
+        subprocess.run(
+            [
+                *self.as_user,
+                f"{self.bindir}/pg_ctl",
+                "-D",
+                self.datadir,
+                "-l",
+                os.path.join(root, "log"),
+                "-w",
+                "-o",
+                f"-p {self.port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off",
+                "start",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        conn = self.connect("postgres")
+        conn.autocommit = True  # CREATE DATABASE cannot run in a transaction block
         try:
-            subprocess.run(
-                [
-                    *as_user,
-                    f"{bindir}/pg_ctl",
-                    "-D",
-                    datadir,
-                    "-l",
-                    os.path.join(root, "log"),
-                    "-w",
-                    "-o",
-                    f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off",
-                    "start",
-                ],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            conn = server.connect("postgres")
-            conn.autocommit = True  # CREATE DATABASE cannot run in a transaction block
-            try:
-                conn.cursor().execute(f"CREATE DATABASE {DATABASE}")
-            finally:
-                conn.close()
-        except BaseException:
-            # pg_ctl daemonizes the server the moment it starts, and the caller never gets
-            # it to stop (a SIGTERM lands anywhere in here as a KeyboardInterrupt).
-            server.stop()
-            raise
-        return server
+            conn.cursor().execute(f"CREATE DATABASE {DATABASE}")
+        finally:
+            conn.close()
 
     def connect(self, database: str | None = None):  # type: ignore[no-untyped-def]
         import psycopg2
@@ -163,9 +169,7 @@ class PostgresServer:
             return [tuple(r) for r in cur.fetchall()]
 
     def stop(self) -> None:
-        subprocess.run(
-            [*self.as_user, f"{self.bindir}/pg_ctl", "-D", self.datadir, "-m", "fast", "-w", "stop"],
-            check=False,
-            stdout=subprocess.DEVNULL,
-        )
+        stop_postgres(self.datadir, self.bindir, self.as_user)
         shutil.rmtree(os.path.dirname(self.datadir), ignore_errors=True)
+        if self.reaper is not None:
+            self.reaper.release()

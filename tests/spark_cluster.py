@@ -37,6 +37,8 @@ from typing import IO, Any
 
 import pytest
 
+from tests.reaper import Reaper, watch
+
 HOST = "127.0.0.1"
 SPARK_CLASS = "spark-class"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -165,6 +167,7 @@ class SparkStandalone:
     root: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="eod-spark-standalone-"))
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _logs: list[IO[bytes]] = field(default_factory=list)
+    _reapers: list[Reaper] = field(default_factory=list)
 
     @property
     def master_url(self) -> str:
@@ -206,6 +209,8 @@ class SparkStandalone:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        # Its own session outlives a test run that dies without stop(): the watcher ends it.
+        self._reapers.append(watch([{"kill_group": self.processes[name].pid}, {"rmtree": self.root}]))
 
     def _wait(self, what: str, ready: Any, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -267,6 +272,9 @@ class SparkStandalone:
         self._logs.clear()
         # The executors' logs and files: a failed start has already printed the tails.
         shutil.rmtree(self.root, ignore_errors=True)
+        for reaper in self._reapers:
+            reaper.release()
+        self._reapers.clear()
 
     def __enter__(self) -> SparkStandalone:
         return self.start()

@@ -1,0 +1,180 @@
+"""A watcher that cleans up after a test or benchmark process that died without doing it.
+
+PostgreSQL (daemonized by ``pg_ctl``), the Spark standalone master and worker and the Airflow
+services run in sessions of their own, so they outlive the process that started them
+whenever its own cleanup does not run: a SIGKILL, a SIGTERM (pytest's default action skips
+fixture teardown, and Airflow's task runner replaces any SIGTERM handler we could install),
+a second Ctrl-C during teardown. A signal handler cannot cover those; a second process can.
+
+:func:`watch` starts this file as a process of its own session, holding the read end of a
+pipe whose write end only the starting process holds. The starter's normal cleanup calls
+:meth:`Reaper.release`, which writes one byte: the watcher exits and does nothing. If
+instead the starter dies, the kernel closes its end, the watcher reads end-of-file and
+runs its actions. Nothing here polls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+# How long to wait for an ``initdb`` or ``pg_ctl start`` that is still running (a dead
+# starter's children live on), so that the server they bring up is stopped rather than
+# found missing.
+PG_SETTLE_SECONDS = 120.0
+GRACE_SECONDS = 10.0
+
+
+@dataclass
+class Reaper:
+    """The starter's side of one watcher: :meth:`release` once the cleanup is done."""
+
+    write_fd: int
+    proc: subprocess.Popen[bytes]
+
+    def release(self) -> None:
+        """Tell the watcher the starter cleaned up itself; it exits without acting."""
+        if self.write_fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            os.write(self.write_fd, b"x")
+        os.close(self.write_fd)
+        self.write_fd = -1
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
+def watch(actions: list[dict[str, Any]]) -> Reaper:
+    """Start a watcher that runs ``actions`` if this process dies before :meth:`Reaper.release`.
+
+    Actions, run in order: ``{"stop_postgres": datadir, "bindir": ..., "as_user": [...]}``,
+    ``{"kill_tree": pid}`` (SIGTERM the process and its descendants, SIGKILL what is left),
+    ``{"kill_group": pgid}`` and ``{"rmtree": path}``.
+    """
+    read_fd, write_fd = os.pipe()  # both non-inheritable: no other child holds the write end
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), str(read_fd), json.dumps(actions)],
+            pass_fds=(read_fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C to the test run's terminal does not end it
+        )
+    except BaseException:
+        os.close(write_fd)
+        raise
+    finally:
+        os.close(read_fd)
+    return Reaper(write_fd, proc)
+
+
+def _cmdlines_mentioning(text: str) -> list[tuple[int, str]]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append((int(pid), cmdline))
+    return found
+
+
+def stop_postgres(datadir: str, bindir: str, as_user: list[str]) -> None:
+    """Stop the server of ``datadir`` if one runs, once no ``initdb`` or ``pg_ctl start`` of
+    it is still running."""
+    # The dead starter's initdb or ``pg_ctl start`` may still be running: wait for them, or
+    # the server they bring up would come up after the stop below.
+    deadline = time.monotonic() + PG_SETTLE_SECONDS
+    while time.monotonic() < deadline and any(
+        "/initdb " in cmd or "/pg_ctl " in cmd for _, cmd in _cmdlines_mentioning(datadir)
+    ):
+        time.sleep(0.2)
+    if os.path.exists(os.path.join(datadir, "postmaster.pid")):
+        subprocess.run(
+            [*as_user, f"{bindir}/pg_ctl", "-D", datadir, "-m", "fast", "-w", "stop"],
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+
+def kill_tree(pid: int, grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM a process and everything below it, then SIGKILL what is left after ``grace``.
+
+    Airflow's task processes and their Spark JVMs run in process groups of their own (the
+    task supervisor puts them there), so killing a service's group alone would leak them:
+    the whole tree is collected first, by pid.
+    """
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGTERM)
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=5)
+
+
+def _kill_group(pgid: int) -> None:
+    # Here the group's leader is no child of ours (its parent died), so an empty group
+    # means every member has exited.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_SECONDS
+        while time.monotonic() < deadline:
+            os.killpg(pgid, 0)  # raises ProcessLookupError once the group is empty
+            time.sleep(0.2)
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _run(actions: list[dict[str, Any]]) -> None:
+    for action in actions:
+        with contextlib.suppress(Exception):  # one failed action must not stop the others
+            if "stop_postgres" in action:
+                stop_postgres(action["stop_postgres"], action["bindir"], action.get("as_user", []))
+            elif "kill_tree" in action:
+                kill_tree(int(action["kill_tree"]))
+            elif "kill_group" in action:
+                _kill_group(int(action["kill_group"]))
+            elif "rmtree" in action:
+                shutil.rmtree(action["rmtree"], ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    read_fd, actions = int(argv[1]), json.loads(argv[2])
+    # The watcher must outlive whatever ends its starter's session or terminal.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    while True:
+        try:
+            data = os.read(read_fd, 1)
+            break
+        except InterruptedError:
+            continue
+    if data:  # released: the starter cleaned up
+        return 0
+    _run(actions)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
