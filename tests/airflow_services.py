@@ -167,7 +167,14 @@ class AirflowServices:
                 pytest.fail(reason)
             pytest.skip(reason)
         root = tempfile.mkdtemp(prefix="eod-airflow-sched-")
-        postgres = PostgresServer.start()
+        # Its airflow.cfg, passwords and logs go even if this process dies without stop().
+        root_reaper = watch([{"rmtree": root}])
+        try:
+            postgres = PostgresServer.start()
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            root_reaper.release()
+            raise
         try:
             conn = postgres.connect("postgres")
             conn.autocommit = True  # CREATE DATABASE cannot run in a transaction block
@@ -175,10 +182,11 @@ class AirflowServices:
                 conn.cursor().execute(f"CREATE DATABASE {METADATA_DB}")
             finally:
                 conn.close()
-            services = cls(root, postgres, _free_port(), {})
+            services = cls(root, postgres, _free_port(), {}, _reapers=[root_reaper])
         except BaseException:
             postgres.stop()
             shutil.rmtree(root, ignore_errors=True)
+            root_reaper.release()
             raise
         try:
             services._prepare(dag_files, extra_env or {})

@@ -33,7 +33,7 @@ PG_SETTLE_SECONDS = 120.0
 GRACE_SECONDS = 10.0
 
 
-@dataclass
+@dataclass(eq=False)
 class Reaper:
     """The starter's side of one watcher: :meth:`release` once the cleanup is done."""
 
@@ -42,6 +42,7 @@ class Reaper:
 
     def release(self) -> None:
         """Tell the watcher the starter cleaned up itself; it exits without acting."""
+        _UNRELEASED.discard(self)
         if self.write_fd < 0:
             return
         with contextlib.suppress(OSError):
@@ -52,6 +53,23 @@ class Reaper:
             self.proc.wait(timeout=10)
 
 
+# The write ends this process holds. A child made by fork() (OpenLineage's listener forks a
+# process pool during dag.test(), for one) inherits every descriptor, and a watcher sees
+# end-of-file only once all holders are gone: the child closes its copies at once.
+_UNRELEASED: set[Reaper] = set()
+
+
+def _close_inherited_write_ends() -> None:
+    for reaper in _UNRELEASED:
+        with contextlib.suppress(OSError):
+            os.close(reaper.write_fd)
+        reaper.write_fd = -1  # the child must neither write nor close a reused number
+    _UNRELEASED.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_write_ends)
+
+
 def watch(actions: list[dict[str, Any]]) -> Reaper:
     """Start a watcher that runs ``actions`` if this process dies before :meth:`Reaper.release`.
 
@@ -59,7 +77,10 @@ def watch(actions: list[dict[str, Any]]) -> Reaper:
     ``{"kill_tree": pid}`` (SIGTERM the process and its descendants, SIGKILL what is left),
     ``{"kill_group": pgid}`` and ``{"rmtree": path}``.
     """
-    read_fd, write_fd = os.pipe()  # both non-inheritable: no other child holds the write end
+    # A pid in an action may be reused by an unrelated process by the time the watcher acts:
+    # it acts only on the process that had that pid now, known by its start time.
+    actions = [_with_start_time(action) for action in actions]
+    read_fd, write_fd = os.pipe()  # both non-inheritable: no spawned child holds the write end
     try:
         proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), str(read_fd), json.dumps(actions)],
@@ -73,7 +94,27 @@ def watch(actions: list[dict[str, Any]]) -> Reaper:
         raise
     finally:
         os.close(read_fd)
-    return Reaper(write_fd, proc)
+    reaper = Reaper(write_fd, proc)
+    _UNRELEASED.add(reaper)
+    return reaper
+
+
+def _start_time(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _with_start_time(action: dict[str, Any]) -> dict[str, Any]:
+    pid = action.get("kill_tree", action.get("kill_group"))
+    return {**action, "start_time": _start_time(int(pid))} if pid is not None else action
+
+
+def _same_process(pid: int, start_time: float | None) -> bool:
+    return start_time is not None and _start_time(pid) == start_time
 
 
 def _cmdlines_mentioning(text: str) -> list[tuple[int, str]]:
@@ -134,7 +175,12 @@ def kill_tree(pid: int, grace: float = GRACE_SECONDS) -> None:
     psutil.wait_procs(alive, timeout=5)
 
 
-def _kill_group(pgid: int) -> None:
+def _kill_group(pgid: int, start_time: float | None) -> None:
+    # While any member of the group lives, Linux gives its id to no new process; once the
+    # leader is gone, a process with the leader's pid is a new one and not ours, and the
+    # group it leads is not the one we were asked to end.
+    if _start_time(pgid) is not None and not _same_process(pgid, start_time):
+        return
     # Here the group's leader is no child of ours (its parent died), so an empty group
     # means every member has exited.
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -152,9 +198,10 @@ def _run(actions: list[dict[str, Any]]) -> None:
             if "stop_postgres" in action:
                 stop_postgres(action["stop_postgres"], action["bindir"], action.get("as_user", []))
             elif "kill_tree" in action:
-                kill_tree(int(action["kill_tree"]))
+                if _same_process(int(action["kill_tree"]), action.get("start_time")):
+                    kill_tree(int(action["kill_tree"]))
             elif "kill_group" in action:
-                _kill_group(int(action["kill_group"]))
+                _kill_group(int(action["kill_group"]), action.get("start_time"))
             elif "rmtree" in action:
                 shutil.rmtree(action["rmtree"], ignore_errors=True)
 

@@ -66,14 +66,16 @@ def _kill_quietly(pid: int) -> None:
         pass
 
 
-def _wait_for(what: str, check: object, proc: subprocess.Popen[bytes] | None, within: float) -> None:
+def _wait_for(
+    what: str, check: object, proc: subprocess.Popen[bytes] | None, within: float, every: float = 0.1
+) -> None:
     deadline = time.monotonic() + within
     while not check():  # type: ignore[operator]
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"the child ended ({proc.returncode}) before {what}")
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {within:.0f} s: {what}")
-        time.sleep(0.1)
+        time.sleep(every)
 
 
 def _servers_under(root: str) -> list[str]:
@@ -128,12 +130,64 @@ def test_a_watcher_released_by_its_starter_does_nothing_and_one_whose_starter_di
     _wait_for("the watcher to remove the directory", lambda: not removed.exists(), None, within=60)
 
 
+def test_a_forked_child_of_the_starter_does_not_keep_its_watcher_waiting(tmp_path: Path) -> None:
+    # OpenLineage's listener forks a process pool during dag.test(); such a child outlives
+    # its parent and, unless it closed them, holds the watchers' write ends open.
+    removed = tmp_path / "removed"
+    removed.mkdir()
+    log = tmp_path / "child.log"
+    proc = _child(
+        f"""
+        import os, sys, time
+        from tests.reaper import watch
+        watch([{{"rmtree": {str(removed)!r}}}])
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(600)
+            os._exit(0)
+        print("forked", pid, flush=True)
+        os._exit(0)
+        """,
+        {},
+        log,
+    )
+    forked = 0
+    try:
+        assert proc.wait(timeout=60) == 0, log.read_text()
+        forked = int(log.read_text().split("forked ", 1)[1].split()[0])
+        _wait_for("the watcher to remove the directory", lambda: not removed.exists(), None, within=60)
+        assert _alive(forked), "the forked child should still be running while the watcher acts"
+    finally:
+        if forked:
+            _kill_quietly(forked)
+
+
+def test_a_watcher_kills_a_process_only_if_it_is_the_one_it_was_given() -> None:
+    from tests.reaper import _run, _with_start_time
+
+    victims = [subprocess.Popen(["sleep", "600"], start_new_session=True) for _ in range(2)]
+    try:
+        reused, ours = victims
+        # As if ``reused``'s pid had been freed and handed to a new process since the watch.
+        stale = {**_with_start_time({"kill_tree": reused.pid}), "start_time": 1.0}
+        _run([stale, {**_with_start_time({"kill_group": reused.pid}), "start_time": 1.0}])
+        assert reused.poll() is None, "a process that only reuses the pid must be left alone"
+        _run([_with_start_time({"kill_tree": ours.pid})])
+        # psutil has reaped it (it is our child), so Popen's return code says nothing here.
+        assert not _alive(ours.pid), "the process the watcher was given must be killed"
+    finally:
+        for victim in victims:
+            victim.kill()
+            victim.wait()
+
+
 @needs_postgres
 @pytest.mark.jdbc
 @pytest.mark.parametrize(
     "when",
     [
-        pytest.param("starting", id="killed-while-the-server-starts"),
+        pytest.param("initdb", id="killed-while-initdb-runs"),
+        pytest.param("pg_ctl", id="killed-while-pg_ctl-starts-the-server"),
         pytest.param("running", id="killed-while-the-server-runs"),
     ],
 )
@@ -151,14 +205,15 @@ def test_a_killed_starter_leaves_no_postgres_server(pg_root: str, tmp_path: Path
         log,
     )
     try:
-        if when == "starting":
-            # The password file is written once the watcher runs, just before initdb: the
-            # kill lands in initdb, pg_ctl start or CREATE DATABASE.
+        if when in ("initdb", "pg_ctl"):
+            # Either is a child of the starter that lives on after it; the watcher must wait
+            # for it, or the server it brings up comes up after the watcher's stop.
             _wait_for(
-                "the server's directory",
-                lambda: any(os.path.exists(os.path.join(pg_root, d, "pw")) for d in _servers_under(pg_root)),
+                f"{when} to run",
+                lambda: any(f"/{when} " in cmd for _, cmd in _processes_mentioning(pg_root + "/")),
                 proc,
                 within=60,
+                every=0.005,
             )
         else:
             _wait_for("the server to be up", lambda: b"up" in log.read_bytes(), proc, within=120)
