@@ -10,7 +10,7 @@ a second Ctrl-C during teardown. A signal handler cannot cover those; a second p
 pipe whose write end only the starting process holds. The starter's normal cleanup calls
 :meth:`Reaper.release`, which writes one byte: the watcher exits and does nothing. If
 instead the starter dies, the kernel closes its end, the watcher reads end-of-file and
-runs its actions. Nothing here polls.
+runs its actions: it learns of the death at once, without polling for it.
 """
 
 from __future__ import annotations
@@ -211,13 +211,7 @@ def main(argv: list[str]) -> int:
     # The watcher must outlive whatever ends its starter's session or terminal.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    while True:
-        try:
-            data = os.read(read_fd, 1)
-            break
-        except InterruptedError:
-            continue
-    if data:  # released: the starter cleaned up
+    if os.read(read_fd, 1):  # released: the starter cleaned up
         return 0
     _run(actions)
     return 0
