@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ["EOD_CHAOS_KILL_PERCENT"] = str(args.kill_percent)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["EOD_FAULTPOINTS_TESTING"] = "1"  # the harness's faults are test-only points
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
     from airflow_eod.spark.session import get_session

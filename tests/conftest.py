@@ -36,6 +36,9 @@ os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = _DAGS
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ.pop("EOD_FAULTPOINTS", None)
+# Fault points fire only with this test-only switch on too (airflow_eod/core/faults.py); the
+# tests arm EOD_FAULTPOINTS one by one, and every process they start inherits the switch.
+os.environ["EOD_FAULTPOINTS_TESTING"] = "1"
 # py4j logs from __del__ at interpreter exit, after pytest has closed the streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 

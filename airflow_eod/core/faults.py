@@ -9,16 +9,27 @@ the cleanup). A point is armed with ``EOD_FAULTPOINTS="after_commit=raise@1,afte
 random moment of whatever runs next: Spark reading or writing), ``sleep:S`` pauses S
 seconds (to open a race window on purpose), and ``@N`` limits the point to try number N.
 With the variable unset the points do nothing.
+
+A worker's environment is not a safe place for a switch that makes production tasks die: a
+variable copied from a test set-up, a template or a shell profile would take a real pipeline
+down. So ``EOD_FAULTPOINTS`` is honoured only when a second, test-only switch is also on,
+``EOD_FAULTPOINTS_TESTING=1``; without it the points do nothing and one warning says the
+variable was ignored.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
 import time
 
 ENV_VAR = "EOD_FAULTPOINTS"
+# The second switch: without it ENV_VAR is ignored (production workers never set it).
+TESTING_SWITCH = "EOD_FAULTPOINTS_TESTING"
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
 POINTS = (
     "after_plan",
     "before_write",
@@ -41,8 +52,23 @@ class InjectedFault(BaseException):
     """
 
 
+def enabled() -> bool:
+    """Whether fault points may fire: both variables set, the switch to exactly ``1``."""
+    return os.environ.get(TESTING_SWITCH) == "1"
+
+
 def _armed(point: str) -> list[tuple[str, int | None]]:
     spec = os.environ.get(ENV_VAR, "")
+    if spec and not enabled():
+        if spec not in _warned:
+            _warned.add(spec)
+            log.warning(
+                "%s=%r is set but ignored: fault points fire only in tests, with %s=1 as well",
+                ENV_VAR,
+                spec,
+                TESTING_SWITCH,
+            )
+        return []
     found: list[tuple[str, int | None]] = []
     for item in filter(None, (p.strip() for p in spec.split(","))):
         name, _, action = item.partition("=")

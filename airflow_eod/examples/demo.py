@@ -32,6 +32,8 @@ def _prepare_environment(workdir: str, dags_folder: str) -> tuple[str, str]:
         EOD_DEMO_TABLE=table,
         # The crash: the first try dies after its commit, before the task returns.
         EOD_FAULTPOINTS="after_commit=raise@1",
+        # Fault points are test-only: the demo's crash needs the second switch as well.
+        EOD_FAULTPOINTS_TESTING="1",
     )
     return landing, table
 
