@@ -1,8 +1,10 @@
 """The ``airflow-eod`` console script: what a runbook or a shell script asks of a table.
 
 ``airflow-eod status TABLE`` lists, per pipeline, the committed batches with their
-generation, table version and rows. ``airflow-eod ask TABLE --pipeline P --batch K``
-exits 0 when the batch is committed and 1 when it is not. ``airflow-eod verify TABLE``
+generation, table version and rows, and the gaps between an interval pipeline's committed
+intervals. ``airflow-eod ask TABLE --pipeline P --batch K`` exits 0 when the batch is
+committed, 1 when it was planned (or committed at an older generation) but is not committed
+yet, 3 when the table knows no pipeline P, and 4 when P never planned a batch K. ``airflow-eod verify TABLE``
 audits the table against the guarantee without trusting its writers
 (:mod:`airflow_eod.core.table_audit`) and exits 1 when it finds an error. All exit 2, with
 the reason on stderr, when TABLE holds no Delta table: a mistyped path is not an answer
@@ -18,13 +20,13 @@ import sys
 from datetime import timedelta
 
 from airflow_eod.core.ask import ask_table, open_table
-from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.batch import BatchKey, validate_pipeline_id
 from airflow_eod.core.durations import parse_interval
-from airflow_eod.core.errors import EodError
+from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.table_audit import AuditReport, audit_table
-from airflow_eod.core.table_status import table_status
+from airflow_eod.core.table_status import batch_known, table_status
 
-NO_TABLE = 2
+COMMITTED, NOT_COMMITTED, NO_TABLE, NO_PIPELINE, NO_BATCH = 0, 1, 2, 3, 4
 
 
 def _no_table(table: str) -> int:
@@ -49,7 +51,14 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                [{"pipeline_id": s.pipeline_id, "batches": [vars(b) for b in s.batches]} for s in summaries],
+                [
+                    {
+                        "pipeline_id": s.pipeline_id,
+                        "batches": [vars(b) for b in s.batches],
+                        "gaps": [vars(g) for g in s.gaps],
+                    }
+                    for s in summaries
+                ],
                 indent=2,
             )
         )
@@ -59,9 +68,10 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     for s in summaries:
         rows = sum(b.rows or 0 for b in s.committed)
+        gaps = f", {_plural(len(s.gaps), 'GAP')} between committed intervals" if s.gaps else ""
         print(
             f"pipeline {s.pipeline_id}: {len(s.committed)} committed, {len(s.pending)} planned "
-            f"but not committed, {rows} rows"
+            f"but not committed, {rows} rows{gaps}"
         )
         for b in s.batches:
             state = "committed" if b.generation is not None else "NOT COMMITTED"
@@ -69,6 +79,10 @@ def _status(args: argparse.Namespace) -> int:
                 f"  {b.batch_key}  {state}  generation={b.generation}  "
                 f"table_version={b.table_version}  rows={b.rows}"
             )
+        for g in s.gaps:
+            planned = f" (planned, not committed: {', '.join(g.pending)})" if g.pending else ""
+            between = f"no committed interval between {g.after} and {g.before}"
+            print(f"  GAP  {g.start} to {g.end}: {between}{planned}")
     return 0
 
 
@@ -77,20 +91,58 @@ def _ask(args: argparse.Namespace) -> int:
     if table is None:
         # "committed": false would read as "not loaded yet" for a path that holds no table.
         return _no_table(args.table)
-    status = ask_table(table, BatchKey(args.pipeline, args.batch), args.generation)
-    print(
-        json.dumps(
-            {
-                "pipeline_id": args.pipeline,
-                "batch_key": args.batch,
-                "committed": status.committed,
-                "generation": status.committed_generation,
-                "table_version": status.table_version,
-                "rows": status.manifest.rows if status.manifest else None,
-            }
-        )
+    answer: dict[str, object] = {
+        "pipeline_id": args.pipeline,
+        "batch_key": args.batch,
+        "committed": False,
+        "generation": None,
+        "table_version": None,
+        "rows": None,
+    }
+    try:
+        validate_pipeline_id(args.pipeline)
+    except ConfigurationError as exc:
+        return _unknown(answer, "no_such_pipeline", f"{exc}, so no table holds such a pipeline")
+    try:
+        batch = BatchKey(args.pipeline, args.batch)
+    except ConfigurationError as exc:
+        return _unknown(answer, "no_such_batch", f"{exc}, so pipeline {args.pipeline} never planned it")
+    status = ask_table(table, batch, args.generation)
+    answer.update(
+        committed=status.committed,
+        generation=status.committed_generation,
+        table_version=status.table_version,
+        rows=status.manifest.rows if status.manifest else None,
     )
-    return 0 if status.committed else 1
+    if status.committed:
+        answer["state"] = "committed"
+        print(json.dumps(answer))
+        return COMMITTED
+    pipeline_known, batch_planned = batch_known(table, batch, status)
+    if not pipeline_known:
+        why = (
+            f"the table at {args.table} knows no pipeline {args.pipeline} (nothing of it in its plan "
+            "log, and no marker of this batch): check the pipeline id (`airflow-eod status` lists them)"
+        )
+        return _unknown(answer, "no_such_pipeline", why)
+    if not batch_planned:
+        why = (
+            f"pipeline {args.pipeline} never planned a batch {args.batch}: check the key "
+            "(`airflow-eod status` lists the batches)"
+        )
+        return _unknown(answer, "no_such_batch", why)
+    answer["state"] = "not_committed"
+    print(json.dumps(answer))
+    return NOT_COMMITTED
+
+
+def _unknown(answer: dict[str, object], state: str, why: str) -> int:
+    """Print the answer for a pipeline or batch the table does not know (JSON on stdout,
+    the reason on stderr); the exit code for that."""
+    answer.update(state=state, reason=why)
+    print(json.dumps(answer))
+    print(f"airflow-eod: {why}", file=sys.stderr)
+    return NO_PIPELINE if state == "no_such_pipeline" else NO_BATCH
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -161,7 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     p_status.add_argument("--json", action="store_true", help="print JSON")
     p_status.set_defaults(func=_status)
     p_ask = sub.add_parser(
-        "ask", help="ask the table about a batch: exit 0 if it is committed, 1 if not, 2 if there is no table"
+        "ask",
+        help="ask the table about a batch: exit 0 if it is committed, 1 if planned but not committed, "
+        "2 if there is no table (or on an error), 3 if there is no such pipeline, 4 if no such batch was "
+        "ever planned",
     )
     p_ask.add_argument("table")
     p_ask.add_argument("--pipeline", required=True)

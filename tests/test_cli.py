@@ -14,6 +14,7 @@ import pytest
 from airflow_eod.cli import main
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit import commit_batch
+from airflow_eod.core.plan_log import Plan, PlanLog
 from tests.helpers import stage_data
 
 
@@ -34,10 +35,15 @@ def test_check_exit_codes(loaded: str, capsys: Any) -> None:
     )
     body = json.loads(capsys.readouterr().out)
     assert body["committed"] is True and body["table_version"] == 0 and body["rows"] == 20
+    # Never planned: exit 4 (issue 18, item 13), not 1 ("not loaded yet").
     assert (
         main(["ask", loaded, "--pipeline", "tests.cli", "--batch", "i-20261122T000000Z-20261123T000000Z"])
-        == 1
+        == 4
     )
+    assert json.loads(capsys.readouterr().out)["committed"] is False
+    key = "i-20261122T000000Z-20261123T000000Z"
+    PlanLog(loaded, "tests.cli").put_plan(Plan("tests.cli", key, "interval", {}, []))
+    assert main(["ask", loaded, "--pipeline", "tests.cli", "--batch", key]) == 1
     assert json.loads(capsys.readouterr().out)["committed"] is False
 
 

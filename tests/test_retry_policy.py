@@ -27,6 +27,7 @@ ENDS_AT_ONCE = {
     "UnsupportedTableError",
     "PlanLogError",
     "CorruptRecordError",
+    "CorruptTableError",
     "BatchRefusedError",
 }
 

@@ -30,6 +30,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from airflow_eod.core import bounded_json
 from airflow_eod.core.table_layout import META_DIR
 
 log = logging.getLogger(__name__)
@@ -139,13 +140,23 @@ class IndexedMarkers:
         n = _bucket_of(app_id, self._buckets)
         if n not in self._loaded:
             try:
-                with open(os.path.join(self._where, f"b{n}.json")) as fh:
-                    text = fh.read()
+                path = os.path.join(self._where, f"b{n}.json")
+                text = bounded_json.read_bytes(path, bounded_json.MAX_SMALL_FILE)
             except FileNotFoundError as exc:
                 raise IndexMismatch(f"bucket {n} is gone") from exc
-            if _digest(text) != self._checksums[n]:
+            except (OSError, ValueError) as exc:  # a link, a device, too large
+                raise IndexMismatch(f"bucket {n} cannot be read: {exc}") from exc
+            if hashlib.sha256(text).hexdigest() != self._checksums[n]:
                 raise IndexMismatch(f"bucket {n} does not match its checksum")
-            self._loaded[n] = json.loads(text)
+            try:
+                bucket = bounded_json.loads(text)
+            except ValueError as exc:
+                raise IndexMismatch(f"bucket {n} is not JSON: {exc}") from exc
+            # The index is derived and read around when it does not fit: a bucket is an object
+            # of app ids to marker versions, or it is not used.
+            if not isinstance(bucket, dict) or not all(type(v) is int for v in bucket.values()):
+                raise IndexMismatch(f"bucket {n} is not an object of app ids to marker versions")
+            self._loaded[n] = bucket
         return self._loaded[n].get(app_id)
 
 
@@ -156,17 +167,20 @@ def read_index(
     when it has none (or one that does not fit)."""
     try:
         where = _index_dir(table_path, version, files)
-        with open(os.path.join(where, "index.json")) as fh:
-            body = json.load(fh)
-    except (OSError, ValueError):
+        body = bounded_json.read(os.path.join(where, "index.json"))
+    except (OSError, ValueError):  # ValueError: not JSON, or out of bounds (bounded_json)
         return None
     if (
         not isinstance(body, dict)
         or body.get("format") != INDEX_FORMAT
         or body.get("version") != version
-        or not body.get("metaData")
-        or not body.get("protocol")
-        or len(body.get("checksums") or []) != body.get("buckets")
+        or not isinstance(body.get("metaData"), dict)
+        or not isinstance(body.get("protocol"), dict)
+        or not isinstance(body.get("checksums"), list)
+        or not all(isinstance(c, str) for c in body["checksums"])
+        or type(body.get("buckets")) is not int
+        or len(body["checksums"]) != body["buckets"]
+        or body["buckets"] < 1
     ):
         return None
     state = {"metaData": body["metaData"], "protocol": body["protocol"]}

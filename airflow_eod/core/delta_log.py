@@ -22,7 +22,6 @@ checkpoint) falls back to listing the log directory, and, past that, to ``deltal
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -35,9 +34,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from airflow_eod.core import bounded_json
 from airflow_eod.core.checkpoint_index import IndexMismatch, read_index
 from airflow_eod.core.durations import parse_interval
-from airflow_eod.core.errors import ConfigurationError, EodError, UnsupportedTableError
+from airflow_eod.core.errors import ConfigurationError, CorruptTableError, EodError, UnsupportedTableError
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,13 @@ _ACTION_BYTES = re.compile(rb'^\s*\{\s*"(\w+)"')
 _WANTED = {"txn", "metaData", "protocol"}
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
 _COMMIT = re.compile(r"^(\d{20})\.json$")
+# A checkpoint in more parts than this is no checkpoint a writer made (Delta's writers put a
+# million actions or more in a part): `_last_checkpoint` saying so is corrupt, not a reason
+# to build a list of a hundred million file names.
+MAX_CHECKPOINT_PARTS = 10_000
+# Commits up to this size are read whole (and skipped at once when they hold no wanted
+# action); larger ones line by line, each line bounded.
+_WHOLE_COMMIT = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -185,21 +192,41 @@ def commit_path(table_path: str, version: int) -> str:
 
 def read_commit_actions(table_path: str, version: int, wanted: set[str]) -> list[dict[str, Any]] | None:
     """The actions named in ``wanted`` of commit ``version`` (others are not parsed), or
-    ``None`` when the commit file is gone."""
+    ``None`` when the commit file is gone.
+
+    :raises CorruptTableError: when the commit is not a regular file, has a line longer than
+        :data:`~airflow_eod.core.bounded_json.MAX_ACTION_LINE`, or a wanted action that is
+        not a bounded JSON object.
+    """
+    path = commit_path(table_path, version)
     try:
-        with open(commit_path(table_path, version), "rb") as fh:
-            data = fh.read()
+        fh = bounded_json.open_regular(path)
     except FileNotFoundError:
         return None
-    # Most commits of a loaded table are a batch's adds and its marker: only lines that can
-    # hold a wanted action are split out and matched (bytes: no decoding of the rest).
-    if not any(b'"' + name.encode() + b'"' in data for name in wanted):
-        return []
+    except bounded_json.JsonBoundError as exc:
+        raise CorruptTableError(table_path, path, str(exc)) from None
     out: list[dict[str, Any]] = []
-    for raw in data.splitlines():
-        m = _ACTION_BYTES.match(raw)
-        if m is not None and m.group(1).decode() in wanted:
-            out.append(json.loads(raw))
+    try:
+        with fh:
+            lines: Any
+            if os.fstat(fh.fileno()).st_size <= _WHOLE_COMMIT:
+                data = fh.read(_WHOLE_COMMIT + 1)
+                # Most commits of a loaded table are a batch's adds and its marker: only lines
+                # that can hold a wanted action are split out and matched (bytes: no decoding).
+                if not any(b'"' + name.encode() + b'"' in data for name in wanted):
+                    return []
+                lines = data.splitlines()
+            else:
+                lines = bounded_json.json_lines(fh)
+            for raw in lines:
+                m = _ACTION_BYTES.match(raw)
+                if m is not None and m.group(1).decode() in wanted:
+                    action, name = bounded_json.loads(raw), m.group(1).decode()
+                    if not isinstance(action, dict) or not isinstance(action.get(name), dict):
+                        raise bounded_json.JsonBoundError(f"has a {name} action that is not an object")
+                    out.append(action)
+    except ValueError as exc:  # JsonBoundError, or a line that is not JSON
+        raise CorruptTableError(table_path, path, f"is not a Delta commit ({exc})") from None
     return out
 
 
@@ -229,6 +256,44 @@ def _as_dict(value: Any) -> dict[str, str]:
     if isinstance(value, dict):
         return value
     return dict(value or [])
+
+
+def _shapeless(table_path: str, action: str, exc: Exception) -> CorruptTableError:
+    why = f"holds a {action} action without the fields every Delta table's has ({type(exc).__name__}: {exc})"
+    return CorruptTableError(table_path, os.path.join(table_path, _LOG), why)
+
+
+def _checked_metadata(table_path: str, action: Any) -> TableMetadata:
+    """The ``metaData`` action the reading found, with the fields a reader needs:
+    :class:`CorruptTableError` when it lacks them (a log made by hand, or by an attacker)."""
+    try:
+        body = dict(action)
+        body["configuration"] = {str(k): str(v) for k, v in _as_dict(body.get("configuration")).items()}
+        meta = _metadata_from(body)
+        if not isinstance(meta.schema_string, str) or not all(
+            isinstance(c, str) for c in meta.partition_columns
+        ):
+            raise TypeError("schemaString or partitionColumns is not text")
+        # Parsed here, once per metaData read, so that every later parse of it (the schema
+        # checks of a commit) meets a document of bounded size and nesting.
+        schema = bounded_json.loads(meta.schema_string)
+        if not isinstance(schema, dict) or not isinstance(schema.get("fields"), list):
+            raise TypeError("schemaString is not a struct schema")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _shapeless(table_path, "metaData", exc) from None
+    return meta
+
+
+def _checked_protocol(table_path: str, action: Any) -> TableProtocol:
+    """The ``protocol`` action the reading found (see :func:`_checked_metadata`)."""
+    try:
+        proto = _protocol_from(action)
+        for features in (proto.reader_features, proto.writer_features):
+            if features is not None and not all(isinstance(f, str) for f in features):
+                raise TypeError("readerFeatures or writerFeatures is not a list of names")
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise _shapeless(table_path, "protocol", exc) from None
+    return proto
 
 
 class _Unreadable(Exception):
@@ -319,14 +384,37 @@ def _checkpoint_files(log_dir: str, version: int, parts: int | None) -> list[str
 
 
 def _hint(log_dir: str) -> tuple[int, int | None] | None:
+    """``(version, parts)`` of ``_last_checkpoint``; ``None`` when there is none or it is not
+    JSON (a write cut short: Delta's readers list the log then, and so does this one).
+
+    :raises CorruptTableError: when it is JSON no writer makes: not an object, no integer
+        version, a parts count that is not an integer in 1..:data:`MAX_CHECKPOINT_PARTS`,
+        out of bounds (size, nesting, ``NaN``/``Infinity``), or not a regular file.
+    """
+    path = os.path.join(log_dir, "_last_checkpoint")
     try:
-        with open(os.path.join(log_dir, "_last_checkpoint")) as fh:
-            body = json.load(fh)
-    except (FileNotFoundError, NotADirectoryError, ValueError):  # NotADirectory: the table path is a file
+        body = bounded_json.read(path)
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectory: the table path is a file
         return None
+    except bounded_json.JsonBoundError as exc:
+        raise CorruptTableError(os.path.dirname(log_dir), path, str(exc)) from None
+    except IsADirectoryError:
+        raise CorruptTableError(os.path.dirname(log_dir), path, "is a directory") from None
+    except ValueError:
+        return None
+    table_path = os.path.dirname(log_dir)
+    if not isinstance(body, dict):
+        raise CorruptTableError(table_path, path, f"is not a JSON object but a {type(body).__name__}")
     if "v2Checkpoint" in body:
         raise _Unreadable("a V2 checkpoint")
-    return int(body["version"]), body.get("parts")
+    version, parts = body.get("version"), body.get("parts")
+    if type(version) is not int or version < 0:
+        why = "has no version" if version is None else f"has a version that is no table version: {version!r}"
+        raise CorruptTableError(table_path, path, why)
+    if parts is not None and (type(parts) is not int or not 1 <= parts <= MAX_CHECKPOINT_PARTS):
+        why = f"says the checkpoint has {parts!r} parts (a writer makes 1 to {MAX_CHECKPOINT_PARTS})"
+        raise CorruptTableError(table_path, path, why)
+    return version, parts
 
 
 def _newest_checkpoint_by_listing(log_dir: str, stats: LogReadStats) -> tuple[int, int | None] | None:
@@ -518,11 +606,9 @@ def _extend(cached: TableLog, signature: tuple[int, int, int]) -> TableLog | Non
     version = _read_tail(cached.path, version, tail, state, stats)
     meta, proto = cached.metadata(), cached.protocol()
     if "metaData" in state:
-        body = dict(state["metaData"])
-        body["configuration"] = _as_dict(body.get("configuration"))
-        meta = _metadata_from(body)
+        meta = _checked_metadata(cached.path, state["metaData"])
     if "protocol" in state:
-        proto = _protocol_from(state["protocol"])
+        proto = _checked_protocol(cached.path, state["protocol"])
     if not _complete(
         os.path.join(cached.path, _LOG), version, commit_path(cached.path, version), meta.configuration
     ):
@@ -561,7 +647,11 @@ def _read_tail(
         stats.commits_read += 1
         for action in actions:
             if "txn" in action:
-                tail[action["txn"]["appId"]] = (int(action["txn"]["version"]), version)
+                app_id, marker = action["txn"].get("appId"), action["txn"].get("version")
+                if not isinstance(app_id, str) or type(marker) is not int:
+                    why = "has a txn action without a string appId and an integer version"
+                    raise CorruptTableError(table_path, commit_path(table_path, version), why)
+                tail[app_id] = (marker, version)
             else:
                 state.update(action)
 
@@ -602,19 +692,19 @@ def _read_log(table_path: str, *, listing: bool = False) -> TableLog | None:
         return None
     if "metaData" not in state or "protocol" not in state:
         raise _Unreadable("no metaData or protocol in the checkpoint and commits read")
-    if "v2Checkpoint" in (state["protocol"].get("readerFeatures") or []):
+    meta = _checked_metadata(table_path, state["metaData"])
+    proto = _checked_protocol(table_path, state["protocol"])
+    if "v2Checkpoint" in (proto.reader_features or []):
         # Its checkpoints may keep their actions in sidecar files this reader does not follow.
         raise _Unreadable("a table with V2 checkpoints")
-    meta = dict(state["metaData"])
-    meta["configuration"] = _as_dict(meta.get("configuration"))
-    if not _complete(log_dir, version, commit_path(table_path, version), meta["configuration"]):
+    if not _complete(log_dir, version, commit_path(table_path, version), meta.configuration):
         raise _Overtaken(version)
     return TableLog(
         table_path,
         version,
         checkpoint_version,
-        _metadata_from(meta),
-        _protocol_from(state["protocol"]),
+        meta,
+        proto,
         tail,
         markers,
         stats,
@@ -629,13 +719,13 @@ def _unparseable(table_path: str) -> str:
     for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
         if _COMMIT.match(name):
             try:
-                with open(os.path.join(log_dir, name)) as fh:
-                    for line in fh:
+                with bounded_json.open_regular(os.path.join(log_dir, name)) as fh:
+                    for line in bounded_json.json_lines(fh):
                         if line.strip():
-                            json.loads(line)
+                            bounded_json.loads(line)
             except OSError:
                 continue  # removed meanwhile (a log cleanup): not a broken commit
-            except ValueError:
+            except ValueError:  # JsonBoundError too: a link, a device, a line out of bounds
                 return f" ({name} is not a Delta commit: a line of it is not JSON)"
     return ""
 

@@ -84,3 +84,22 @@ class BatchRefusedError(BatchError):
 
 class CorruptRecordError(PlanLogError):
     """A durable commit record says a batch landed where the table says it did not."""
+
+
+class CorruptTableError(UnsupportedTableError):
+    """A file of a table (its Delta log) or of its plan log holds content no writer makes:
+    JSON of the wrong shape, out of bounds (too large, too deeply nested, too many
+    checkpoint parts), or a data file that is a link out of the table.
+
+    :param table: the table's path.
+    :param file: the file at fault (a path).
+    :param why: what is wrong with it.
+    """
+
+    def __init__(self, table: str, file: str, why: str) -> None:
+        self.table = table
+        self.file = file
+        super().__init__(
+            f"the table at {table} is corrupt: {file} {why}; no reader can trust it until a person "
+            "looks (see docs/runbook.md, 'a corrupt table file')"
+        )

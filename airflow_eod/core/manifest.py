@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airflow_eod.core import bounded_json
+
 MANIFEST_FORMAT = 1
 _TAG = "airflow_eod"
 
@@ -56,8 +58,8 @@ class Manifest:
         if not text:
             return None
         try:
-            body = json.loads(text).get(_TAG)
-        except (ValueError, AttributeError):
+            body = bounded_json.loads(text).get(_TAG)
+        except (ValueError, AttributeError):  # ValueError: not JSON, or out of bounds
             return None
         if not isinstance(body, dict) or body.get("format") != MANIFEST_FORMAT:
             return None

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_eod.core import bounded_json
 from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey, fingerprint, validate_pipeline_id
 from airflow_eod.core.errors import PlanLogError
@@ -119,12 +120,15 @@ class PlanLog:
 
     def _read(self, path: str) -> dict[str, Any] | None:
         try:
-            with open(path) as fh:
-                text = fh.read()
+            text = bounded_json.read_bytes(path, bounded_json.MAX_PLAN_LOG_ENTRY)
         except FileNotFoundError:
             return None
+        except (bounded_json.JsonBoundError, IsADirectoryError) as exc:  # too large, a link, a device
+            raise PlanLogError(
+                f"plan-log entry {path} is corrupt ({exc}); see the runbook, 'a corrupt plan-log entry'"
+            ) from None
         try:
-            payload = json.loads(text)
+            payload = bounded_json.loads(text)
             checksum = payload.pop("checksum")
         except (ValueError, KeyError, AttributeError, TypeError) as exc:
             raise PlanLogError(

@@ -52,6 +52,9 @@ SAYS: dict[str, tuple[str, str]] = {
         "commit rewrote them into other files (a DELETE, UPDATE or MERGE)"),
     "missing_data_file": (ERROR, "live file {file} ({role}) is missing on disk: every read of the "
         "table fails"),
+    "file_not_in_table": (ERROR, "live file {file} ({role}) {why}: every reader of the table reads "
+        "whatever it leads to, and verify does not open it (its bytes are not compared, its footer "
+        "not read)"),
     "corrupt_record": (ERROR, "commit record {record} {why}; the table is the truth"),
     "record_without_marker_commit": (ERROR, "commit record {record} says generation {gen} landed at "
         "table version {version}, but that commit carries {found}"),
@@ -309,6 +312,9 @@ class _Audit:
             key, attempt = self.live[f].batch, self.live[f].generation
             if not self.live[f].on_disk:
                 self.add("missing_data_file", key, [f], file=f, role=self.role.get(f, "of no batch"))
+            if self.live[f].refused:
+                why, role = self.live[f].refused, self.role.get(f, "of no batch")
+                self.add("file_not_in_table", key, [f], file=f, role=role, why=why)
             if f in owners:
                 continue
             # A file an older record lists, or in an older generation's attempt directory.
@@ -393,11 +399,15 @@ class _Audit:
         # Files of replaced generations still on disk (until VACUUM): a copy of one, live under
         # another name, puts the old rows back beside the new generation's.
         replaced = {f: b for b in self.committed() for f in b.old_files if f not in self.live}
-        live = [f.path for f in self.live.values() if f.on_disk]
+        live = [f.path for f in self.live.values() if f.on_disk and not f.refused]
         for same in same_bytes(self.path, live + sorted(replaced)):
             copies = [f for f in same if f in self.live]
             if all(f in owned for f in copies):
                 continue  # each is listed by its own batch's record: that is data, not a copy
+            if not any(f in owned or f in replaced or f.startswith(f"{DATA_DIR}/") for f in same):
+                # Every one is another writer's (two identical appends, say): their business,
+                # counted as theirs; a copy of a file of ours is what breaks the guarantee.
+                continue
             # A zero-row file shows no row twice (empty batches stage identical empty files);
             # the footer says so, not the statistics, which a copy may carry forged.
             if file_rows(self.path, same[0], None) == 0:

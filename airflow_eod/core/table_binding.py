@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+from airflow_eod.core import bounded_json
 from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.delta_log import read_log
 from airflow_eod.core.errors import PlanLogError, UnsupportedTableError
@@ -16,14 +17,19 @@ _TABLE_ID_FILE = "table.json"
 
 def bound_table_id(table_path: str) -> str | None:
     """The id of the table the plan log beside ``table_path`` is bound to, if any."""
+    path = os.path.join(table_path, META_DIR, _TABLE_ID_FILE)
     try:
-        with open(os.path.join(table_path, META_DIR, _TABLE_ID_FILE)) as fh:
-            value = json.load(fh).get("table_id")
+        body = bounded_json.read(path)
     except FileNotFoundError:
         return None
-    except ValueError:
-        raise PlanLogError(f"{table_path}/{META_DIR}/{_TABLE_ID_FILE} is corrupt") from None
-    return str(value) if value is not None else None
+    except (ValueError, IsADirectoryError) as exc:  # not JSON, or out of bounds (bounded_json)
+        raise PlanLogError(f"{path} is corrupt ({exc})") from None
+    value = body.get("table_id") if isinstance(body, dict) else None
+    if value is not None and not isinstance(value, str):
+        raise PlanLogError(f"{path} is corrupt (its table_id is not text)")
+    if not isinstance(body, dict):
+        raise PlanLogError(f"{path} is corrupt (not a JSON object)")
+    return value
 
 
 def check_table_identity(table_path: str, table_id: str | None) -> None:

@@ -7,25 +7,29 @@ delta-rs reports them, every JSON commit still in ``_delta_log/`` (adds with the
 newest checkpoint, and every commit record and plan in the plan log. Unlike the ask
 (:mod:`airflow_eod.core.ask`) it neither repairs nor judges anything. It opens a data file
 only for the Parquet footer of a file without statistics and, in :func:`same_bytes`, for the
-bytes of files the audit suspects to be copies.
+bytes of files the audit suspects to be copies; and only through :func:`open_in_table`, which
+follows no link and opens nothing but a regular file under the table's directory (a live
+file that is a link to ``/dev/zero`` would otherwise be hashed forever).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
-import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from airflow_eod.core import bounded_json
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import EodError
+from airflow_eod.core.errors import CorruptTableError, EodError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.table_layout import DATA_DIR, META_DIR
@@ -45,6 +49,8 @@ class LiveFile:
     :param on_disk: whether the file exists.
     :param batch: the batch whose directory (``eod_data/<pipeline>/<key>/``) holds it, if any.
     :param generation: the generation of the attempt directory (``g<N>-<attempt>``) holding it.
+    :param refused: why the audit does not open it (a link, a path out of the table, not a
+        regular file), or ``None``.
     """
 
     path: str
@@ -52,6 +58,7 @@ class LiveFile:
     on_disk: bool
     batch: BatchKey | None = None
     generation: int | None = None
+    refused: str | None = None
 
 
 def _place(rel: str) -> tuple[BatchKey | None, int | None]:
@@ -73,13 +80,80 @@ def local_file(table_path: str, rel: str) -> str:
     return rel if os.path.isabs(rel) else os.path.join(table_path, rel)
 
 
+class NotInTable(Exception):
+    """A path the audit does not open: a link, out of the table, or not a regular file."""
+
+
+def _table_relative(table_path: str, rel: str) -> str:
+    """``rel`` (relative, absolute or a ``file:`` URI) as a path under the table's directory
+    made of plain names; :class:`NotInTable` when it leads elsewhere."""
+    where = local_file(table_path, rel)
+    if "://" in rel and not rel.startswith("file:"):
+        raise NotInTable("is on another file system (a URI), outside the table's directory")
+    root = os.path.normpath(table_path)
+    if not os.path.isabs(rel) and not rel.startswith("file:"):
+        parts = rel.split("/")
+    elif os.path.normpath(where).startswith(root + os.sep):
+        parts = os.path.normpath(where)[len(root) + 1 :].split("/")
+    else:
+        raise NotInTable("is outside the table's directory")
+    if any(p in ("", ".", "..") for p in parts):
+        raise NotInTable("leads out of the table's directory (a '..', '.' or empty part)")
+    return "/".join(parts)
+
+
+def open_in_table(table_path: str, rel: str) -> BinaryIO:
+    """Open the table's file ``rel`` for reading, name by name from the table's directory
+    and following no symbolic link, and only if it is a regular file.
+
+    :raises NotInTable: a link on the way, a path out of the table, a device or FIFO.
+    :raises OSError: the file is not there (``FileNotFoundError``) or cannot be opened.
+    """
+    parts = _table_relative(table_path, rel).split("/")
+    fd = os.open(table_path, os.O_RDONLY | os.O_DIRECTORY)  # the table's own path may be a link
+    try:
+        for i, name in enumerate(parts):
+            last = i == len(parts) - 1
+            # O_NONBLOCK: opening a FIFO must not wait for a writer.
+            flags = os.O_RDONLY | os.O_NOFOLLOW | (os.O_NONBLOCK if last else os.O_DIRECTORY)
+            try:
+                nxt = os.open(name, flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and stat.S_ISLNK(
+                    os.lstat(name, dir_fd=fd).st_mode
+                ):
+                    at = "/".join(parts[: i + 1])
+                    raise NotInTable(f"is a symbolic link (at {at}), which is not followed") from None
+                raise
+            os.close(fd)
+            fd = nxt
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotInTable("is not a regular file (a device, a FIFO or a directory)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def probe(table_path: str, rel: str) -> tuple[bool, str | None]:
+    """``(on disk, why the audit does not open it)`` of the table's file ``rel``."""
+    try:
+        with open_in_table(table_path, rel):
+            return True, None
+    except NotInTable as exc:
+        return True, str(exc)
+    except OSError:
+        return False, None
+
+
 def file_rows(table_path: str, rel: str, stats_rows: int | None) -> int | None:
     """``stats_rows``, or the row count in the file's footer (``None``: unreadable)."""
     if stats_rows is not None:
         return int(stats_rows)
     try:  # no statistics: the footer says, without reading the data
-        return int(pq.ParquetFile(local_file(table_path, rel)).metadata.num_rows)
-    except (OSError, ValueError):  # gone, or not Parquet (pyarrow's ArrowInvalid is a ValueError)
+        with open_in_table(table_path, rel) as fh:
+            return int(pq.ParquetFile(fh).metadata.num_rows)
+    except (OSError, ValueError, NotInTable):  # gone, not Parquet (ArrowInvalid), a link
         return None
 
 
@@ -89,29 +163,47 @@ def read_live_files(table_path: str, table: DeltaTable) -> dict[str, LiveFile]:
     for a in pa.table(table.get_add_actions(flatten=False)).to_pylist():
         rel = unquote(a["path"])
         rows = file_rows(table_path, rel, a.get("num_records"))
-        on_disk = os.path.exists(local_file(table_path, rel))
-        out[rel] = LiveFile(rel, rows, on_disk, *_place(rel))
+        on_disk, refused = probe(table_path, rel)
+        out[rel] = LiveFile(rel, rows, on_disk, *_place(rel), refused=refused)
     return out
+
+
+_CHUNK = 1 << 20
+
+
+def _digest(fh: BinaryIO) -> str:
+    """SHA-256 of ``fh`` up to the size it had when opened: a file that grows while it is
+    read is not read without end."""
+    left, digest = os.fstat(fh.fileno()).st_size, hashlib.sha256()
+    while left > 0:
+        chunk = fh.read(min(_CHUNK, left))
+        if not chunk:
+            break
+        digest.update(chunk)
+        left -= len(chunk)
+    return digest.hexdigest()
 
 
 def same_bytes(table_path: str, paths: list[str]) -> list[list[str]]:
     """Groups of two or more of ``paths`` (table-relative) whose bytes are equal. Only files of
     equal size are read, so a table without copies costs almost no read at all. Sizes, not
-    statistics: a copy added with other statistics, or none, holds the same rows."""
+    statistics: a copy added with other statistics, or none, holds the same rows. Only regular
+    files under the table's directory are read (:func:`open_in_table`), each up to its size."""
     by_size: dict[int, list[str]] = {}
     for rel in paths:
         try:
-            by_size.setdefault(os.path.getsize(local_file(table_path, rel)), []).append(rel)
-        except OSError:
-            continue  # gone: reported as missing, not as a copy
+            with open_in_table(table_path, rel) as fh:
+                by_size.setdefault(os.fstat(fh.fileno()).st_size, []).append(rel)
+        except (OSError, NotInTable):
+            continue  # gone (reported as missing), or not read (reported by check_files)
     out = []
     for candidates in (c for c in by_size.values() if len(c) > 1):
         by_hash: dict[str, list[str]] = {}
         for rel in candidates:
             try:
-                with open(local_file(table_path, rel), "rb") as fh:
-                    by_hash.setdefault(hashlib.file_digest(fh, "sha256").hexdigest(), []).append(rel)
-            except OSError:
+                with open_in_table(table_path, rel) as fh:
+                    by_hash.setdefault(_digest(fh), []).append(rel)
+            except (OSError, NotInTable):
                 continue
         out += [sorted(same) for same in by_hash.values() if len(same) > 1]
     return out
@@ -175,37 +267,54 @@ def read_log_facts(table_path: str, version: int) -> LogFacts:
     names = os.listdir(log_dir)
     _checkpoint_markers(log_dir, names, version, out)
     for v in sorted(int(n[:20]) for n in names if _COMMIT.match(n) and int(n[:20]) <= version):
-        with open(os.path.join(log_dir, f"{v:020d}.json")) as fh:
-            actions = [json.loads(line) for line in fh if line.strip()]
-        adds: list[str] = []
-        removes: list[str] = []
-        txns: set[tuple[str, int]] = set()
-        manifest = None
-        for a in actions:
-            if "add" in a:
-                # Paths in the log are URIs: decoded, they are the file names on disk.
-                adds.append(unquote(a["add"]["path"]))
-                rows = json.loads(a["add"].get("stats") or "{}").get("numRecords")
-                out.adds[adds[-1]] = (v, bool(a["add"].get("dataChange", True)), rows)
-            elif "remove" in a:
-                removes.append(unquote(a["remove"]["path"]))
-                out.removes[removes[-1]] = (v, bool(a["remove"].get("dataChange", True)))
-            elif "txn" in a:
-                txn = a["txn"]
-                txns.add((txn["appId"], int(txn["version"])))
-                # A commit at or below the checkpoint may sit in a hole a log cleanup left:
-                # the checkpoint, not that file, holds the table's markers up to there.
-                if v > out.checkpoint:
-                    out.markers[txn["appId"]] = (int(txn["version"]), txn.get("lastUpdated"))
-            elif "commitInfo" in a:
-                manifest = Manifest.from_user_metadata(a["commitInfo"].get("userMetadata"))
-                out.operations[v] = str(a["commitInfo"].get("operation") or "unknown operation")
-        out.commits[v], out.changes[v] = txns, (adds, removes)
-        for txn_key in txns:
-            out.landed[txn_key] = (v, manifest.rows if manifest else None, sorted(adds))
-            if manifest is not None:
-                out.extras[txn_key] = dict(manifest.extra)
+        path = os.path.join(log_dir, f"{v:020d}.json")
+        try:
+            _commit_facts(v, _commit_actions(path), out)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # ValueError: JsonBoundError too
+            why = f"is not a Delta commit ({type(exc).__name__}: {exc})"
+            raise CorruptTableError(table_path, path, why) from None
     return out
+
+
+def _commit_actions(path: str) -> list[dict[str, Any]]:
+    """Every action of the commit at ``path``, each line bounded (see bounded_json)."""
+    with bounded_json.open_regular(path) as fh:
+        actions = [bounded_json.loads(line) for line in bounded_json.json_lines(fh) if line.strip()]
+    if not all(isinstance(a, dict) for a in actions):
+        raise TypeError("an action is not a JSON object")
+    return actions
+
+
+def _commit_facts(v: int, actions: list[dict[str, Any]], out: LogFacts) -> None:
+    """Take what commit ``v`` (its ``actions``) holds into ``out``."""
+    adds: list[str] = []
+    removes: list[str] = []
+    txns: set[tuple[str, int]] = set()
+    manifest = None
+    for a in actions:
+        if "add" in a:
+            # Paths in the log are URIs: decoded, they are the file names on disk.
+            adds.append(unquote(a["add"]["path"]))
+            rows = bounded_json.loads(a["add"].get("stats") or "{}").get("numRecords")
+            out.adds[adds[-1]] = (v, bool(a["add"].get("dataChange", True)), rows)
+        elif "remove" in a:
+            removes.append(unquote(a["remove"]["path"]))
+            out.removes[removes[-1]] = (v, bool(a["remove"].get("dataChange", True)))
+        elif "txn" in a:
+            txn = a["txn"]
+            txns.add((txn["appId"], int(txn["version"])))
+            # A commit at or below the checkpoint may sit in a hole a log cleanup left:
+            # the checkpoint, not that file, holds the table's markers up to there.
+            if v > out.checkpoint:
+                out.markers[txn["appId"]] = (int(txn["version"]), txn.get("lastUpdated"))
+        elif "commitInfo" in a:
+            manifest = Manifest.from_user_metadata(a["commitInfo"].get("userMetadata"))
+            out.operations[v] = str(a["commitInfo"].get("operation") or "unknown operation")
+    out.commits[v], out.changes[v] = txns, (adds, removes)
+    for txn_key in txns:
+        out.landed[txn_key] = (v, manifest.rows if manifest else None, sorted(adds))
+        if manifest is not None:
+            out.extras[txn_key] = dict(manifest.extra)
 
 
 @dataclass

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
-from airflow_eod.core.ask import ask_table, open_table
+from airflow_eod.core.ask import BatchStatus, ask_table, open_table
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.delta_log import TableLog
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.core.table_layout import META_DIR, local_path
@@ -23,11 +26,30 @@ class BatchSummary:
 
 
 @dataclass
+class Gap:
+    """Time no committed interval batch of a pipeline covers, between two that are.
+
+    :param start: the end of the committed interval before it (ISO 8601, UTC).
+    :param end: the start of the committed interval after it.
+    :param after: the key of the batch before it.
+    :param before: the key of the batch after it.
+    :param pending: keys of batches planned inside it but not committed.
+    """
+
+    start: str
+    end: str
+    after: str
+    before: str
+    pending: list[str] = field(default_factory=list)
+
+
+@dataclass
 class PipelineSummary:
     """Every batch of one pipeline that the plan log or the log's manifests know of."""
 
     pipeline_id: str
     batches: list[BatchSummary] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
 
     @property
     def committed(self) -> list[BatchSummary]:
@@ -52,6 +74,70 @@ def _known_keys(table_uri: str) -> dict[str, set[str]]:
         keys |= set(log.recorded_batches())
         found[pipeline] = keys
     return found
+
+
+_OFFSET_KEY = re.compile(r"^o-\d+-")
+_INTERVAL_KEY = re.compile(r"^i-(\d{8}T\d{6}(?:\d{6})?Z)-(\d{8}T\d{6}(?:\d{6})?Z)$")
+
+
+def _instant(text: str) -> datetime:
+    fmt = "%Y%m%dT%H%M%S%fZ" if len(text) > 16 else "%Y%m%dT%H%M%SZ"
+    return datetime.strptime(text, fmt).replace(tzinfo=UTC)
+
+
+def interval_of(key: str) -> tuple[datetime, datetime] | None:
+    """``[start, end)`` of an interval batch key (``i-<start>-<end>``); ``None`` for others."""
+    m = _INTERVAL_KEY.match(key)
+    return (_instant(m.group(1)), _instant(m.group(2))) if m else None
+
+
+def find_gaps(batches: list[BatchSummary]) -> list[Gap]:
+    """The gaps between the committed interval batches of one pipeline: ``[a, b)`` then
+    ``[c, d)`` with ``b < c`` (sorted by start; an interval that reaches past the next one's
+    start closes no gap). One pass over keys the summary holds: no further reads."""
+    spans = sorted(
+        (span, b.batch_key)
+        for b in batches
+        if b.generation is not None and (span := interval_of(b.batch_key)) is not None
+    )
+    planned = [
+        (span, b.batch_key)
+        for b in batches
+        if b.generation is None and (span := interval_of(b.batch_key)) is not None
+    ]
+    gaps: list[Gap] = []
+    if not spans:
+        return gaps
+    (_, reach), reach_key = spans[0]
+    for (start, end), key in spans[1:]:
+        if reach < start:
+            pending = sorted(k for (s, e), k in planned if s < start and e > reach)
+            gaps.append(Gap(reach.isoformat(), start.isoformat(), reach_key, key, pending))
+        if end > reach:
+            reach, reach_key = end, key
+    return gaps
+
+
+def batch_known(table: TableLog | None, batch: BatchKey, status: BatchStatus) -> tuple[bool, bool]:
+    """``(pipeline known, batch known)``: whether the plan log (or the table) knows of the
+    pipeline at all, and of the batch (planned, recorded or committed at any generation).
+
+    Bounded: a look at the pipeline's plan-log directory, its first plan of the batch and
+    its record directory; the ask (``status``) already read the marker.
+    """
+    if status.committed_generation is not None:
+        return True, True
+    table_uri = table.table_uri if table is not None else None
+    if table_uri is None:
+        return False, False
+    log = PlanLog(table_uri, batch.pipeline_id)
+    if not os.path.isdir(log.root):
+        return False, False
+    if os.path.isdir(os.path.join(log.root, "batches", batch.key)):
+        return True, True
+    if batch.key.startswith("o-") and not _OFFSET_KEY.match(batch.key):
+        return True, False  # an offset key without its sequence number: never planned
+    return True, log.get_plan(batch.key) is not None
 
 
 def table_status(table_uri: str) -> list[PipelineSummary]:
@@ -80,5 +166,6 @@ def table_status(table_uri: str) -> list[PipelineSummary]:
                     status.manifest.rows if status.manifest else None,
                 )
             )
+        summary.gaps = find_gaps(summary.batches)
         out.append(summary)
     return out

@@ -45,12 +45,14 @@ def write_error(spec_path: str, exc: BaseException) -> None:
 
 def read_error(spec_path: str) -> Exception | None:
     """The error a driver left beside ``spec_path``, rebuilt as its airflow-eod type."""
-    from airflow_eod.core import errors
+    from airflow_eod.core import bounded_json, errors
 
     try:
-        with open(error_path(spec_path)) as fh:
-            data = json.load(fh)
+        # Beside the table's files: bounded like everything else read from there.
+        data = bounded_json.read(error_path(spec_path))
     except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
         return None
     cls = getattr(errors, str(data.get("type")), None)
     cause = str(data.get("cause", ""))
@@ -74,13 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Imported after logging is set up, so that imports' own log lines are formatted too.
+    from airflow_eod.core import bounded_json
     from airflow_eod.sources import Credentials
     from airflow_eod.spark.load_job import run_load
     from airflow_eod.spark.load_spec import LoadSpec
     from airflow_eod.spark.session import get_session
 
-    with open(args.spec) as fh:
-        spec = LoadSpec.from_json(fh.read())
+    spec = LoadSpec.from_json(bounded_json.read_bytes(args.spec, bounded_json.MAX_PLAN_LOG_ENTRY).decode())
     user = os.environ.get(CREDENTIALS_USER_ENV)
     creds = Credentials(user, os.environ.get(CREDENTIALS_PASSWORD_ENV, "")) if user else None
     logging.getLogger(__name__).info(

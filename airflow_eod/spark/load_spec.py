@@ -92,9 +92,10 @@ class LoadSpec:
     @classmethod
     def from_json(cls, text: str) -> LoadSpec:
         # Imported here: the sources import the core, and only a driver needs this direction.
+        from airflow_eod.core import bounded_json
         from airflow_eod.sources import source_from_dict
 
-        data = json.loads(text)
+        data = bounded_json.loads(text)
         data["plan"] = Plan(**data["plan"])
         data["source"] = source_from_dict(data["source"])
         return cls(**data)

@@ -1,0 +1,122 @@
+"""JSON read from a table or its plan log, bounded before and while it is parsed.
+
+Whoever can write a table's files (another team sharing the lake) writes these bytes, and
+the ask runs inside processes that many tasks share (the triggerer). So no JSON that
+airflow-eod reads from a table's ``_delta_log/`` or ``_eod/`` is parsed whole without a
+bound: its size is capped before it is read (a file is read up to its cap, never to its
+end), its nesting is capped (Python's decoder would otherwise recurse until it raises
+``RecursionError``, and what follows it, such as a checksum, recurses too), and the
+non-JSON constants ``NaN`` and ``Infinity`` that Python's decoder accepts are refused.
+
+A violation raises :class:`JsonBoundError`, a ``ValueError``: the callers that already
+treated "not JSON" as a corrupt entry (the plan log, the manifest, the checkpoint index)
+treat an unbounded one the same way.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+# One small metadata file: `_delta_log/_last_checkpoint`, `_eod/table.json`, a checkpoint
+# index's `index.json` and buckets (a bucket holds 256 markers, about 20 KB).
+MAX_SMALL_FILE = 16 << 20
+# One plan-log entry: a plan lists its frozen inputs, and a loaded index the inputs of every
+# batch up to it (a landing pipeline's millionth file makes it about 100 MB).
+MAX_PLAN_LOG_ENTRY = 256 << 20
+# One line (one action) of a Delta commit: an ``add`` with its statistics, a ``metaData``
+# whose schema has thousands of columns, a ``commitInfo`` with its manifest.
+MAX_ACTION_LINE = 64 << 20
+# Containers inside containers: a Delta schema nests about three levels per struct level.
+MAX_DEPTH = 256
+
+
+class JsonBoundError(ValueError):
+    """The JSON is out of bounds or holds what JSON does not (``NaN``, ``Infinity``)."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise JsonBoundError(f"holds {name}, which is not JSON")
+
+
+def _check_depth(value: Any, limit: int) -> None:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            raise JsonBoundError(f"is nested more than {limit} levels deep")
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+
+
+def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads(data)``, with ``NaN``/``Infinity`` and nesting deeper than ``max_depth``
+    refused (:class:`JsonBoundError`); other defects raise ``ValueError`` as ``json`` does."""
+    try:
+        value = json.loads(data, parse_constant=_reject_constant)
+    except RecursionError:
+        raise JsonBoundError(f"is nested more than {max_depth} levels deep") from None
+    # Fewer opening brackets than the limit cannot nest deeper (a count at memchr speed):
+    # only a large document pays for the walk.
+    if isinstance(data, str):
+        opened = data.count("[") + data.count("{")
+    else:
+        opened = data.count(b"[") + data.count(b"{")
+    if opened > max_depth and isinstance(value, dict | list):
+        _check_depth(value, max_depth)
+    return value
+
+
+def open_regular(path: str) -> BinaryIO:
+    """``open(path, "rb")`` for a regular file only: a symbolic link (which may lead out of the
+    table, to ``/dev/zero`` say) or a device or FIFO (whose read never ends, or never starts)
+    raises :class:`JsonBoundError` without being read. ``OSError`` as ``open``."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it changes nothing for a file.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise JsonBoundError("is a symbolic link, which is not followed") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise JsonBoundError("is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: str, limit: int) -> bytes:
+    """The bytes of the regular file at ``path`` (see :func:`open_regular`), reading no more
+    than ``limit`` + 1 of them; :class:`JsonBoundError` when it holds more than ``limit``."""
+    with open_regular(path) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise JsonBoundError(f"is larger than {limit} bytes")
+    return data
+
+
+def read(path: str, limit: int = MAX_SMALL_FILE) -> Any:
+    """The JSON in the file at ``path``, bounded (see :func:`loads` and :func:`read_bytes`)."""
+    return loads(read_bytes(path, limit))
+
+
+def json_lines(fh: BinaryIO, limit: int = MAX_ACTION_LINE) -> Iterator[bytes]:
+    """The lines of ``fh`` (a file from :func:`open_regular`), up to the size it had when
+    this began, each read only up to ``limit`` + 1 bytes: :class:`JsonBoundError` at the
+    first line longer than ``limit``."""
+    left = os.fstat(fh.fileno()).st_size - fh.tell()
+    while left > 0:
+        line = fh.readline(min(limit + 1, left))
+        if not line:
+            return
+        left -= len(line)
+        if len(line) > limit:
+            raise JsonBoundError(f"has a line longer than {limit} bytes")
+        yield line
