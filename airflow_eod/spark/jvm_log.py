@@ -132,7 +132,7 @@ def held(spark: SparkSession | None) -> Iterator[Hold]:
         yield hold
     finally:
         try:
-            jvm = spark.sparkContext._jvm
+            jvm: Any = spark.sparkContext._jvm
             jvm.org.apache.logging.log4j.LogManager.getLogger("airflow_eod.sync").error(hold.marker)
             hold.synced.wait(_SYNC_SECONDS)
         except Exception:  # a stopped JVM: release what has arrived
