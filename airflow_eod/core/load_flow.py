@@ -141,6 +141,14 @@ def freeze(request: LoadRequest, source: Source, ctx: ReadContext) -> FrozenBatc
             is_committed=lambda key: ask(request.table_uri, key).committed,
             interval=request.interval,
         )
+    if plan is None and request.restate:
+        # A person asked for a restatement: a quiet no_new_data would read as done.
+        raise ConfigurationError(
+            f"pipeline {request.pipeline_id}: restate=True, but this run has no batch to restate "
+            "and nothing was restated: without restate_batch_key a restatement restates this "
+            "run's own batch, and this run planned none (the source holds nothing new). Name "
+            "the batch with restate_batch_key (`airflow-eod status TABLE` lists the batch keys)"
+        )
     if plan is None:
         log.info("pipeline %s: the source holds nothing new; nothing to load", request.pipeline_id)
         return LoadResult(

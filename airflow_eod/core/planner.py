@@ -172,6 +172,17 @@ def own_files(plan_log: PlanLog, plan: Plan) -> Plan:
     return plan if len(owned) == len(plan.inputs) else replace(plan, inputs=owned)
 
 
+# The ways out of a run without a real data interval (also refused when the DAG is parsed,
+# airflow_eod/operators/interval_timetable.py).
+INTERVAL_FIXES = (
+    "use a timetable that gives real intervals (schedule=CronDataIntervalTimetable(cron, "
+    "timezone=...) or DeltaDataIntervalTimetable(timedelta), both from airflow.sdk, or set "
+    "[scheduler] create_cron_data_intervals = True for cron strings, "
+    "create_delta_data_intervals = True for timedelta schedules), pass interval_start "
+    "and interval_end to the operator, or use boundary='offsets' (see docs/intervals.md)"
+)
+
+
 def require_interval(interval: tuple[datetime, datetime] | None) -> tuple[datetime, datetime]:
     """The run's data interval, or a clear error for a run that has none or a zero-length one.
 
@@ -185,13 +196,7 @@ def require_interval(interval: tuple[datetime, datetime] | None) -> tuple[dateti
     :param interval: ``(start, end)`` of the batch, or ``None`` when the run has none.
     :raises ConfigurationError: for no interval or one whose end is not after its start.
     """
-    fixes = (
-        "use a timetable that gives real intervals (schedule=CronDataIntervalTimetable(cron, "
-        "timezone=...) or DeltaDataIntervalTimetable(timedelta), both from airflow.sdk, or set "
-        "[scheduler] create_cron_data_intervals = True for cron strings, "
-        "create_delta_data_intervals = True for timedelta schedules), pass interval_start "
-        "and interval_end to the operator, or use boundary='offsets' (see docs/intervals.md)"
-    )
+    fixes = INTERVAL_FIXES
     if interval is None:
         raise ConfigurationError(
             "boundary='interval' needs the DAG run's data interval, and this run has none (a "

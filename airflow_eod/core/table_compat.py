@@ -134,7 +134,7 @@ def check_schema(
         problems.append(f"partition columns {partition_by} but the table has {table_parts}")
     if not problems:
         return None
-    evolvable = new and not changed and not (partition_by and list(partition_by) != table_parts)
+    evolvable = new and not changed and not _other_partitions(partition_by, table_parts)
     if policy == SCHEMA_ADD_COLUMNS and evolvable:
         features = set(table.protocol().writer_features or [])
         if "timestamp_ntz" in json.dumps(new) and "timestampNtz" not in features:
@@ -148,13 +148,56 @@ def check_schema(
         return json.dumps(body)
     if policy == SCHEMA_ADD_COLUMNS and not changed and missing and not new:
         return None  # columns the batch lacks are read back as nulls
-    hint = (
-        "; set schema_drift='add_columns' to add the new nullable columns in the batch's commit"
-        if new and not changed
-        else ""
+    hint = _way_out(
+        table, new, missing, changed, partitions_match=not _other_partitions(partition_by, table_parts)
     )
     raise SchemaMismatchError(
         batch_label, "schema does not match the target table: " + "; ".join(problems) + hint
+    )
+
+
+def _other_partitions(partition_by: list[str], table_parts: list[str]) -> bool:
+    """Whether the batch asks for partition columns other than the table's."""
+    return bool(partition_by) and list(partition_by) != table_parts
+
+
+def _way_out(
+    table: TableLog,
+    new: list[dict[str, Any]],
+    missing: list[str],
+    changed: list[str],
+    *,
+    partitions_match: bool,
+) -> str:
+    """The way out of a schema mismatch that fits it, as the end of the error message.
+
+    A column only the table has is most often another writer's ``ALTER TABLE ADD COLUMNS``:
+    ``add_columns`` loads this pipeline's rows with it null, unless the table declares it
+    NOT NULL; then only a batch that carries it (the operator's schema, or the transform) fits.
+    """
+    if changed or not partitions_match:
+        return ""
+    if new and not missing:
+        return "; set schema_drift='add_columns' to add the new nullable columns in the batch's commit"
+    if not missing:
+        return ""
+    names = ", ".join(missing)
+    required = [c for c in missing if c in set(not_null_columns(table))]
+    carry = (
+        f"declare {names} in the operator's schema (if the source carries it) or add it in the "
+        "transform, so that the batch has the table's columns"
+    )
+    if required:
+        return (
+            f"; the table has column(s) {names} that the batch lacks (another writer's ALTER TABLE "
+            f"ADD COLUMNS?), and {', '.join(required)} is NOT NULL in the table, so "
+            f"schema_drift='add_columns' cannot fill it with nulls: {carry}"
+        )
+    also = " and to add the batch's new columns in its commit" if new else ""
+    return (
+        f"; the table has column(s) {names} that the batch lacks (another writer's ALTER TABLE "
+        f"ADD COLUMNS?): set schema_drift='add_columns' to load this pipeline's rows with "
+        f"{names} null{also}, or {carry}"
     )
 
 

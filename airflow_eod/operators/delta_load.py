@@ -35,6 +35,7 @@ from airflow_eod.core.options import (
 from airflow_eod.core.result import LoadResult
 from airflow_eod.core.table_layout import local_path, table_asset_uri
 from airflow_eod.links.delta_table import DeltaTableLink
+from airflow_eod.operators.spark_master import check_master_reachable
 from airflow_eod.run_context import (
     data_interval_for,
     pipeline_id_for,
@@ -424,6 +425,9 @@ class BaseDeltaLoadOperator(BaseOperator):
         )
         error: BaseException | None = None
         try:
+            # A master that is down fails here in seconds, naming it, not in 90 s as a
+            # stopped SparkContext (operators/spark_master.py).
+            check_master_reachable(getattr(self._hook, "_connection", {}).get("master"), self.spark_conn_id)
             self._hook.submit(driver.__file__, **popen)
         except Exception as exc:  # the table decides, not spark-submit's exit code
             error = exc

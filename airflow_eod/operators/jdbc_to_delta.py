@@ -12,11 +12,12 @@ from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, Boundary, KeyType, choice
 from airflow_eod.hooks.jdbc_source import JdbcSourceHook
 from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
+from airflow_eod.operators.interval_timetable import IntervalTimetableCheck, check_interval_timetable
 from airflow_eod.sources.base import Credentials
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 
 
-class JdbcToDeltaOperator(BaseDeltaLoadOperator):
+class JdbcToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator):
     """Load rows of a database table into a Delta table exactly once, with Spark over JDBC.
 
     An offset batch is the key range ``(low, high]``, ``high`` read once at planning; an
@@ -66,6 +67,8 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
         self.max_rows_per_batch = max_rows_per_batch
         self.num_partitions = num_partitions
         self.boundary = boundary
+        # A DAG whose runs all get zero-length intervals is refused now, not at run time.
+        check_interval_timetable(self, self.get_dag())
 
     @cached_property
     def hook(self) -> JdbcSourceHook:

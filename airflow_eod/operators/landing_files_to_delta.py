@@ -17,10 +17,11 @@ from airflow_eod.core.options import (
     is_template,
 )
 from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
+from airflow_eod.operators.interval_timetable import IntervalTimetableCheck, check_interval_timetable
 from airflow_eod.sources.landing_files import LandingFilesSource
 
 
-class LandingFilesToDeltaOperator(BaseDeltaLoadOperator):
+class LandingFilesToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator):
     """Load the files of a landing directory into a Delta table exactly once, with Spark.
 
     The batch is planned (frozen in the plan log beside the table) before anything is
@@ -78,6 +79,8 @@ class LandingFilesToDeltaOperator(BaseDeltaLoadOperator):
         self.boundary = boundary
         self.max_files_per_batch = max_files_per_batch
         self.max_bytes_per_batch = max_bytes_per_batch
+        # A DAG whose runs all get zero-length intervals is refused now, not at run time.
+        check_interval_timetable(self, self.get_dag())
 
     def lineage_inputs(self) -> list[tuple[str, str]]:
         return [("file", os.path.abspath(self.landing_path))]

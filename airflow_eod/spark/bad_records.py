@@ -93,7 +93,11 @@ class MalformedSplit:
         finally:
             tagged.unpersist()
         if error is not None:
-            raise error from exc
+            # The failure was the expected one, and the error says all of it: Spark's own
+            # text (a JVM stack trace advising mode PERMISSIVE, which would turn this check
+            # off) goes to debug, not into the traceback of the task's one error.
+            log.debug("batch %s: the FAILFAST write stopped at a malformed record", self.label, exc_info=exc)
+            raise error from None
 
     def release(self) -> None:
         """Drop what this split cached: Spark's cache matches a later read of the same files

@@ -26,15 +26,39 @@ def error_path(spec_path: str) -> str:
     return spec_path + ERROR_SUFFIX
 
 
-def write_error(spec_path: str, exc: BaseException) -> None:
+# What a driver whose master went away raises on its next Spark call; the cause itself
+# ("All masters are unresponsive") is only an INFO line of the driver's log.
+_STOPPED_CONTEXT = ("Cannot call methods on a stopped SparkContext", "All masters are unresponsive")
+
+
+def cause_of(exc: BaseException) -> str:
+    """The cause of an error that is not an airflow-eod one, in words: its first line, and
+    what a stopped SparkContext means."""
+    text = str(exc).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip() and line.strip() != ":"]
+    first = lines[0] if lines else type(exc).__name__
+    if any(marker in text for marker in _STOPPED_CONTEXT):
+        return (
+            "the driver's SparkContext was stopped before the load ended, most often because "
+            "its Spark master cannot be reached or went away ('All masters are unresponsive' "
+            "in the driver's log); nothing was committed. Check the master of the Spark "
+            f"connection; the task's retries try again ({first})"
+        )
+    return text
+
+
+def write_error(spec_path: str, exc: BaseException, batch: str | None = None) -> None:
     """Leave ``exc`` as JSON beside the spec: its type, batch and cause survive spark-submit,
-    which passes on only an exit code."""
+    which passes on only an exit code.
+
+    :param batch: the batch's label, for an error that does not name it itself.
+    """
     from airflow_eod.core.errors import BatchError
 
     data = {
         "type": type(exc).__name__,
-        "batch": exc.batch if isinstance(exc, BatchError) else None,
-        "cause": exc.cause if isinstance(exc, BatchError) else str(exc),
+        "batch": exc.batch if isinstance(exc, BatchError) else batch,
+        "cause": exc.cause if isinstance(exc, BatchError) else cause_of(exc),
     }
     try:
         with open(error_path(spec_path), "w") as fh:
@@ -95,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_load(get_session(submitted=not args.local), spec, credentials=creds)
     except Exception as exc:
-        write_error(args.spec, exc)
+        write_error(args.spec, exc, spec.plan.key.label)
         raise
     text = json.dumps(result.to_dict(), sort_keys=True)
     if args.result:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_eod.core.ask import BatchStatus, ask, ask_table, open_table
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import commit_batch
-from airflow_eod.core.errors import BatchError, ConfigurationError, EodError
+from airflow_eod.core.errors import BatchError, ConfigurationError, EodError, MalformedInputError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.load_flow import FrozenBatch
 from airflow_eod.core.manifest import Manifest
@@ -34,6 +34,7 @@ from airflow_eod.core.result import (
 from airflow_eod.core.retention import check_retention
 from airflow_eod.core.table_layout import attempt_dir, local_path
 from airflow_eod.sources import Credentials, ReadContext, Source
+from airflow_eod.spark import jvm_log
 from airflow_eod.spark.bad_records import MalformedSplit, single_pass, split_malformed
 from airflow_eod.spark.load_spec import LoadSpec
 from airflow_eod.spark.quarantine import deliver_outbox, stage_outbox, with_outbox
@@ -105,17 +106,26 @@ def _write(
         )
     from airflow_eod.spark.staging import stage_dataframe
 
-    try:
-        staged = stage_dataframe(
-            spark_df, spec.table_uri, batch, spec.generation, spec.attempt_id, _partitioning(spec)
-        )
-    except Exception as exc:
-        # What the failed write's tasks left goes now: only this attempt writes its directory
-        # and nothing will commit it, and a refused batch may never reach the batch's cleanup.
-        where = attempt_dir(batch, spec.generation, spec.attempt_id)
-        shutil.rmtree(os.path.join(local_path(spec.table_uri), where), ignore_errors=True)
-        split.explain_failure(exc)  # malformed records stopped a FAILFAST write: say which
-        raise
+    # A FAILFAST write that meets a malformed record fails the expected way: Spark's stack
+    # traces (and its advice to read PERMISSIVE) are held, and go to debug if it does.
+    expected_failure = split.reread is not None
+    with jvm_log.held(spark_df.sparkSession if expected_failure else None) as hold:
+        try:
+            staged = stage_dataframe(
+                spark_df, spec.table_uri, batch, spec.generation, spec.attempt_id, _partitioning(spec)
+            )
+        except Exception as exc:
+            # What the failed write's tasks left goes now: only this attempt writes its
+            # directory and nothing will commit it, and a refused batch may never reach the
+            # batch's cleanup.
+            where = attempt_dir(batch, spec.generation, spec.attempt_id)
+            shutil.rmtree(os.path.join(local_path(spec.table_uri), where), ignore_errors=True)
+            try:
+                split.explain_failure(exc)  # malformed records stopped a FAILFAST write: say which
+            except MalformedInputError:
+                hold.quiet = True
+                raise
+            raise
     source.verify(plan, ctx)  # an input that changed while Spark read it fails here
     fault_point("after_stage", try_number=spec.try_number)
     return commit_batch(

@@ -1,9 +1,10 @@
 """Interval loads under three timetables (test_guarantee_airflow.py, issue 6 case 3).
 
-``eod_guarantee_trigger`` (``"@daily"`` on the default config: a CronTriggerTimetable) and
-``eod_guarantee_manual`` (``schedule=None``) give every run a zero-length data interval, which
-an interval load must refuse; ``eod_guarantee_intervals`` (a CronDataIntervalTimetable) gives
-real daily intervals and loads.
+``"@daily"`` on the default config (a CronTriggerTimetable) and ``schedule=None`` give every
+run a zero-length data interval, which an interval load refuses when the DAG is parsed
+(issue 18 item 14): :func:`interval_dag` builds them for the test, which expects the
+refusal; ``eod_guarantee_intervals`` (a CronDataIntervalTimetable) gives real daily
+intervals and loads.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ TABLE = os.environ.get("EOD_TEST_IV_TABLE", "/nonexistent/table")
 ORDERS = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"
 
 
-def _interval_dag(dag_id: str, schedule: Any, landing_template: str) -> DAG:
+def interval_dag(dag_id: str, schedule: Any, landing_template: str) -> DAG:
     with DAG(dag_id, schedule=schedule, start_date=datetime(2026, 1, 1, tzinfo=UTC), catchup=False) as dag:
         LandingFilesToDeltaOperator(
             task_id="load",
@@ -37,12 +38,9 @@ def _interval_dag(dag_id: str, schedule: Any, landing_template: str) -> DAG:
     return dag
 
 
-# The issue's set-ups: the documented ``{{ ds }}`` template on runs whose interval is zero-length.
-trigger = _interval_dag("eod_guarantee_trigger", "@daily", "{{ ds }}")
-manual = _interval_dag("eod_guarantee_manual", None, "{{ ds }}")
 # A timetable with real intervals; the directory is named after the interval's start, which
 # is the same for a scheduled run and a manual run of that interval (see docs/intervals.md).
-intervals = _interval_dag(
+intervals = interval_dag(
     "eod_guarantee_intervals",
     CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
     "{{ data_interval_start | ds }}",
