@@ -20,6 +20,7 @@ from airflow_eod.core.errors import (
     InputChangedError,
     NullKeyError,
     OverlappingIntervalError,
+    PlanLogError,
 )
 from airflow_eod.core.interval_index import IntervalIndex, span_of
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
@@ -203,6 +204,21 @@ def test_the_overlap_check_reads_only_the_days_the_interval_touches(
     spans = [p for p in listed if os.sep + "spans" in p]
     assert len(spans) <= 4, spans
     assert not [p for p in listed if p.endswith("intervals")], "no listing of every plan"
+
+
+def test_a_linked_index_directory_is_refused_and_nothing_is_written_through_it(tmp_path: Any) -> None:
+    """Invariant I11: a day directory of the index replaced by a link to elsewhere (someone
+    who controls the table's files) is neither read, written nor cleaned through."""
+    plan_log = _plan_log(tmp_path)
+    _freeze(plan_log, *_days(0, 1))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    day = span_of(*_days(1, 2))[0] // (86_400 * 1_000_000)
+    os.symlink(outside, os.path.join(plan_log.root, "spans", str(day)))
+    with pytest.raises(PlanLogError, match="symbolic link"):
+        _freeze(plan_log, *_days(1, 2))
+    assert os.listdir(outside) == []
+    assert plan_log.get_plan("i-20250102T000000Z-20250103T000000Z") is None
 
 
 @pytest.mark.spark

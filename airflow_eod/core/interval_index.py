@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+from airflow_eod.core.errors import PlanLogError
 from airflow_eod.core.plan_log import INTERVAL, PlanLog
 
 _DAY_US = 86_400 * 1_000_000
@@ -89,7 +90,11 @@ class IntervalIndex:
         self.root = os.path.join(plan_log.root, "spans")
 
     def _day_dir(self, day: int) -> str:
-        return os.path.join(self.root, str(day))
+        path = os.path.join(self.root, str(day))
+        if os.path.islink(path) or os.path.islink(self.root):
+            # Nothing under a link is read or removed: it would lead out of the table (I11).
+            raise PlanLogError(f"interval index directory {path} is a symbolic link; remove it")
+        return path
 
     def register(self, span: Span) -> None:
         """Record ``span`` in every day it touches (idempotent: a retry writes nothing)."""

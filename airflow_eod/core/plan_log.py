@@ -121,7 +121,9 @@ class PlanLog:
 
     def put_entry(self, path: str, body: dict[str, Any]) -> bool:
         """Write the checksummed entry ``body`` at ``path`` (under this log) unless one is there."""
-        if os.path.commonpath([self.root, os.path.abspath(path)]) != os.path.abspath(self.root):
+        root = os.path.realpath(self.root)
+        if os.path.commonpath([root, os.path.realpath(os.path.dirname(path))]) != root:
+            # A linked directory under the log must not take the entry elsewhere (I11).
             raise PlanLogError(f"plan-log entry {path} is outside the plan log {self.root}")
         return self._put_if_absent(path, body)
 
