@@ -171,6 +171,16 @@ def test_an_overlap_with_an_interval_being_planned_or_frozen_by_an_older_release
         _freeze(plan_log, DAY + dt.timedelta(hours=6), DAY + dt.timedelta(hours=30))
     assert index.overlapping(span_of(*_days(0, 1))) == [], "the refused interval left the index"
 
+    # Two runs of one interval X at once, one of them refused because of a third, Z: the
+    # refused run takes back its own registration only, not the one of the run that froze X.
+    x, z = _days(2, 3), (DAY + dt.timedelta(days=2, hours=20), DAY + dt.timedelta(days=3, hours=4))
+    index.register(span_of(*x))  # the run that passed its check (before Z was registered)
+    zs = index.register(span_of(*z))  # Z, in flight
+    with pytest.raises(OverlappingIntervalError):
+        _freeze(plan_log, *x)  # the second run of X sees Z
+    index.unregister(span_of(*z), zs)  # Z is refused too, and leaves
+    assert index.overlapping(span_of(*z)) == [span_of(*x)], "X is still registered"
+
     old = _plan_log(tmp_path / "old")
     # An older release stored this plan with no index at all.
     old.put_plan(Plan(PIPE, "i-20250101T000000Z-20250102T000000Z", "interval",

@@ -6,7 +6,7 @@ would load the rows of the overlap twice (landing files have per-file ownership 
 :func:`airflow_eod.core.planner.own_files`). So every interval a JDBC pipeline freezes is
 registered, before its plan is stored, in each UTC day it touches::
 
-    spans/<day number>/<start µs>_<end µs>.json    (put-if-absent, checksummed)
+    spans/<day number>/<start µs>_<end µs>_<token>.json   (put-if-absent, checksummed)
     spans/complete.json                             every older plan is registered too
 
 Two intervals overlap only if they share a day, so the intervals that overlap ``[start,
@@ -17,7 +17,10 @@ whatever the number of batches before it. Names carry the bounds, so nothing is 
 Concurrent planners register first and check second: of two overlapping intervals planned
 at once, the one that checks second sees the other; if both see each other both are
 refused (nothing is loaded twice; run one again). A refused planner removes its own names
-again, so a refusal does not block anything. Plans stored by a release without this index
+again (only its own: each planner's names carry its token), so a refusal does not block
+anything. A planner that dies between registering and storing its plan leaves names that
+block overlapping intervals until that interval is planned again (its retry finds the same
+interval, which is not an overlap, and stores the plan). Plans stored by a release without this index
 are registered once, by the first planner that finds ``complete.json`` missing.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -62,14 +66,14 @@ def _days(span: Span) -> Iterator[int]:
     return iter(range(first, last + 1))
 
 
-def _name(span: Span) -> str:
-    return f"{span[0]}_{span[1]}.json"
+def _name(span: Span, token: str) -> str:
+    return f"{span[0]}_{span[1]}_{token}.json"
 
 
 def _parse(name: str) -> Span | None:
-    head, sep, tail = name.removesuffix(".json").partition("_")
+    parts = name.removesuffix(".json").split("_")
     try:
-        return (int(head), int(tail)) if sep and name.endswith(".json") else None
+        return (int(parts[0]), int(parts[1])) if len(parts) == 3 and name.endswith(".json") else None
     except ValueError:
         return None
 
@@ -96,18 +100,27 @@ class IntervalIndex:
             raise PlanLogError(f"interval index directory {path} is a symbolic link; remove it")
         return path
 
-    def register(self, span: Span) -> None:
-        """Record ``span`` in every day it touches (idempotent: a retry writes nothing)."""
+    def register(self, span: Span, token: str | None = None) -> str:
+        """Record ``span`` in every day it touches, under a token of this planner's own,
+        and return the token. Each planner's names are its own: two runs planning the same
+        interval at once each write theirs, so one that is refused and takes its names back
+        leaves the other's in place.
+
+        :param token: the names' token (default: a new random one).
+        """
+        token = token or uuid.uuid4().hex[:16]
         for day in _days(span):
-            path = os.path.join(self._day_dir(day), _name(span))
+            path = os.path.join(self._day_dir(day), _name(span, token))
             if not os.path.exists(path):
                 self.plan_log.put_entry(path, {"start_us": span[0], "end_us": span[1]})
+        return token
 
-    def unregister(self, span: Span) -> None:
-        """Remove ``span`` again (its planner refused it; no plan of it was stored)."""
+    def unregister(self, span: Span, token: str) -> None:
+        """Remove this planner's names of ``span`` again (it refused the interval, and
+        stored no plan of it)."""
         for day in _days(span):
             try:
-                os.remove(os.path.join(self._day_dir(day), _name(span)))
+                os.remove(os.path.join(self._day_dir(day), _name(span, token)))
             except FileNotFoundError:
                 pass
 
@@ -139,5 +152,5 @@ class IntervalIndex:
             plan = self.plan_log.get_plan(name[: -len(".json")])
             if plan is None or plan.kind != INTERVAL or "start" not in plan.boundary:
                 continue
-            self.register(span_of(_utc(plan.boundary["start"]), _utc(plan.boundary["end"])))
+            self.register(span_of(_utc(plan.boundary["start"]), _utc(plan.boundary["end"])), "stored")
         self.plan_log.put_entry(marker, {"complete": True})

@@ -141,11 +141,11 @@ def refuse_overlaps(plan_log: PlanLog, plan: Plan, start: datetime, end: datetim
     index = IntervalIndex(plan_log)
     index.ensure_complete()
     span = span_of(start, end)
-    index.register(span)
+    token = index.register(span)
     others = index.overlapping(span)
     if not others:
         return
-    index.unregister(span)
+    index.unregister(span, token)
     pipeline = plan_log.pipeline_id
     described = []
     for other in others:
