@@ -127,7 +127,7 @@ def test_an_interval_overlapping_committed_ones_is_refused_and_the_same_interval
     text = str(err.value)
     assert text.startswith(f"batch {PIPE}/i-20250101T120000Z-20250102T120000Z:")
     assert "i-20250101T000000Z-20250102T000000Z" in text and "i-20250102T000000Z-20250103T000000Z" in text
-    assert "restate" in text and "do not overlap" in text
+    assert "restate" in text and "do not overlap" in text and text.count("(committed)") == 2
     assert not err.value.retryable
     assert PlanLog(table, PIPE).get_plan("i-20250101T120000Z-20250102T120000Z") is None, "nothing frozen"
     assert _version(table) == version, "nothing committed"

@@ -146,20 +146,21 @@ def refuse_overlaps(plan_log: PlanLog, plan: Plan, start: datetime, end: datetim
     if not others:
         return
     index.unregister(span, token)
-    pipeline = plan_log.pipeline_id
+    pipeline, table_id = plan_log.pipeline_id, plan_log.bound_table_id()
     described = []
     for other in others:
         other_key = BatchKey.for_interval(pipeline, *span_bounds(other)).key
-        state = (
-            "frozen"
-            if plan_log.get_plan(other_key) is not None
-            else "being planned by another run now, or its planner died: run that interval again"
-        )
+        if table_id is not None and plan_log.newest_commit_record(other_key, table_id) is not None:
+            state = "committed"
+        elif plan_log.get_plan(other_key) is not None:
+            state = "frozen, not committed yet"
+        else:
+            state = "being planned by another run now, or its planner died: run that interval again"
         described.append(f"batch {other_key} {span_text(other)} ({state})")
     raise OverlappingIntervalError(
         plan.key.label,
         f"its interval {span_text(span)} overlaps {', '.join(described)} of this pipeline: the "
-        "rows in the overlap would be loaded twice, so nothing was planned or written. Load "
+        "rows in the overlap would be loaded twice, so nothing was planned or loaded. Load "
         "intervals that do not overlap the ones already loaded (a manual run with a mid-day "
         "logical date, or a changed timetable, plans intervals across the old ones: pass "
         "interval_start/interval_end that line up with them); to load the overlap again on "
