@@ -29,6 +29,8 @@ ENDS_AT_ONCE = {
     "CorruptRecordError",
     "CorruptTableError",
     "BatchRefusedError",
+    "OverlappingIntervalError",
+    "NullKeyError",
 }
 
 

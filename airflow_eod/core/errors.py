@@ -103,3 +103,13 @@ class CorruptTableError(UnsupportedTableError):
             f"the table at {table} is corrupt: {file} {why}; no reader can trust it until a person "
             "looks (see docs/runbook.md, 'a corrupt table file')"
         )
+
+
+class OverlappingIntervalError(BatchRefusedError):
+    """A JDBC interval batch overlaps an interval the pipeline already froze or committed:
+    loading it would load the rows of the overlap twice."""
+
+
+class NullKeyError(BatchRefusedError):
+    """Rows of a JDBC source have a NULL key, which no batch ever loads, and the source
+    says ``null_keys="fail"``."""
