@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, Boundary, KeyType, choice
+from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, Boundary, KeyType, check_catch_up_boundary, choice
 from airflow_eod.hooks.jdbc_source import JdbcSourceHook
 from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
 from airflow_eod.sources.base import Credentials
@@ -56,6 +56,7 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
         super().__init__(**kwargs)
         choice("key_type", key_type, KEY_TYPES)
         choice("boundary", boundary, BOUNDARIES)
+        check_catch_up_boundary(self.catch_up, boundary)
         if boundary == "interval" and key_type != "timestamp":
             raise ConfigurationError("boundary='interval' needs a timestamp key (key_type='timestamp')")
         self.jdbc_conn_id = jdbc_conn_id

@@ -27,6 +27,7 @@ from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, choice
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
+from airflow_eod.core.restatement import refreeze_hint
 from airflow_eod.sources.base import ReadContext
 
 if TYPE_CHECKING:
@@ -430,7 +431,7 @@ class JdbcIncrementalSource:
                 f"the source range {self._describe(plan.boundary)} of {self.table} held {planned} rows "
                 f"when planned and holds {now} now (rows were updated, deleted or inserted below the "
                 "key frontier); nothing was committed. Re-freeze it on purpose to load it as it is now: "
-                f"trigger a run with restate=True and restate_batch_key={plan.batch_key}",
+                f"{refreeze_hint(plan.pipeline_id, plan.batch_key)}",
             )
 
     def _describe(self, boundary: dict[str, Any]) -> str:
