@@ -35,14 +35,16 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import ConfigurationError, InputChangedError
 from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, NO_NEW_DATA
-from airflow_eod.core.spec_files import SPECS_DIR, remove_decided_specs, spec_path
 from airflow_eod.examples.sample_data import write_order_files
-from airflow_eod.run_conf import restate_request
 from tests.conftest import REPO
 from tests.helpers import check, load_dag_file, task_tries, xcom_value
 from tests.jdbc_helpers import airflow_connection, check_against_postgres, create_orders, insert_orders
 
 DAGS = os.path.join(REPO, "tests", "dags")
+# Where submitted attempts' specs live (airflow_eod.core.spec_files.SPECS_DIR). The modules
+# new with these items are imported inside the tests, so that on the base commit each test
+# fails on its own behaviour rather than the whole file on an import.
+SPECS_DIR = os.path.join("_eod", "specs")
 ORDERS_DDL = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"
 
 
@@ -94,6 +96,8 @@ def _rewrite(directory: str, rows: int, seed: int, first_id: int = 1) -> None:
 def test_conf_restates_only_the_named_pipeline() -> None:
     """The scoping rule: only a pipeline named by ``eod_pipeline`` reacts; a restatement that
     names none fails (never the wrong pipeline restated); malformed values are refused."""
+    from airflow_eod.run_conf import restate_request
+
     conf = {"eod_pipeline": "p.a", "eod_restate": True, "eod_restate_batch_key": "o-00000000-x"}
     assert restate_request(conf, "p.a", False, None) == (True, "o-00000000-x")
     assert restate_request(conf, "p.b", False, None) == (False, None), "another pipeline is left alone"
@@ -261,6 +265,53 @@ def test_catch_up_loads_the_backlog_in_one_task_with_one_session(
     assert cmp.exact and cmp.table_rows == 35, cmp.describe()
 
 
+def test_a_long_catch_up_keeps_its_result_small() -> None:
+    """However many batches a run loads, the result lists the newest 100 and counts the rest."""
+    from airflow_eod.core.catch_up import CatchUpResult, batch_token, load_batches
+    from airflow_eod.core.load_flow import LoadRequest
+    from airflow_eod.core.result import LoadResult
+
+    seen: list[str] = []
+
+    def load_one(req: LoadRequest) -> LoadResult:
+        seen.append(req.run_token)
+        n = len(seen)
+        if n > 250:
+            return LoadResult("p", None, None, None, 0, 0, NO_NEW_DATA, "/t")
+        return LoadResult("p", f"o-{n:08d}-x", 0, n, 10, 1, COMMITTED, "/t")
+
+    done = load_batches(LoadRequest(table_uri="/t", pipeline_id="p", run_token="r"), load_one)
+    assert isinstance(done, CatchUpResult) and done.drained and len(done.batches) == 250
+    out = done.to_dict()
+    assert (out["batch_count"], out["batches_omitted"], len(out["batches"])) == (250, 150, 100)
+    assert out["batch_key"] == "o-00000250-x" and out["batches"][-1]["batch_key"] == "o-00000250-x"
+    assert out["rows_loaded"] == 2500 and len(json.dumps(out)) < 20_000
+    assert seen[:3] == ["r", "r#catch-up-1", "r#catch-up-2"] == [batch_token("r", i) for i in range(3)]
+    assert len(set(seen)) == len(seen), "every batch of the run has its own claim token"
+
+
+@pytest.mark.spark
+def test_a_catch_up_task_asked_to_restate_restates_only_that_batch(spark: Any, tmp_path: Any) -> None:
+    """A restating run of a catch-up task (conf keys) loads just the batch it restates: the
+    backlog waits for the next run, which catches it up."""
+    landing, table = str(tmp_path / "landing"), str(tmp_path / "table")
+    write_order_files(landing, 2, 4)
+    op = _landing_op(landing, table, "cu.restate", max_files_per_batch=1, catch_up=True)
+    first = op.execute(_ctx("run-1"))
+    assert first["batch_count"] == 2, first
+    key = first["batches"][0]["batch_key"]
+    _rewrite(landing, 6, seed=3)  # batch 1's file corrected in place
+    write_order_files(landing, 2, 4, first_id=100)  # and a backlog arrives
+    conf = {"eod_pipeline": "cu.restate", "eod_restate": True, "eod_restate_batch_key": key}
+    restated = op.execute(_ctx("run-2", conf=conf))
+    assert (restated["batch_key"], restated["generation"], restated["rows"]) == (key, 1, 6), restated
+    assert "batches" not in restated
+    caught = op.execute(_ctx("run-3"))
+    assert [b["rows"] for b in caught["batches"]] == [4, 4], caught
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 18, cmp.describe()
+
+
 @pytest.mark.spark
 @pytest.mark.faults
 @pytest.mark.parametrize("point", ["before_commit", "after_commit"])
@@ -366,6 +417,8 @@ def test_decided_specs_go_and_every_other_file_stays(tmp_path: Any) -> None:
     """Only specs (and error files) of the decided batch at its committed generation or older
     are removed: another batch's, a newer generation's (a restatement in flight), a name that
     is not a spec, and a link are left alone."""
+    from airflow_eod.core.spec_files import remove_decided_specs, spec_path
+
     table = str(tmp_path / "table")
     batch, other = BatchKey("p", "o-00000000-aa"), BatchKey("p", "o-00000001-bb")
     old = spec_path(table, batch, 0, "attempt0")

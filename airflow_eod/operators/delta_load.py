@@ -397,13 +397,14 @@ class BaseDeltaLoadOperator(BaseOperator):
             outputs=[OutputDataset(namespace="file", name=local_path(self.table_uri), outputFacets=facets)],
         )
 
-    def _attach_to_asset_event(self, context: Any, result: dict[str, Any]) -> None:
+    def _attach_to_asset_event(self, context: Any, result: LoadResult | dict[str, Any]) -> None:
         """Put the batch that arrived on the table's asset event, for the DAGs scheduled on it.
 
         Airflow emits the event when the task succeeds, whatever the outcome: a run with no
         new data says so (``outcome: no_new_data``, ``batch_key: null``), and a retry or a
         cleared run of a committed batch sends its key again (``already_committed``), so a
-        consumer that must act once per batch keys on ``batch_key`` and ``generation``.
+        consumer that must act once per batch keys on ``batch_key`` and ``generation``. A
+        catch-up run's event carries its whole result: the last batch, and ``batches``.
         """
         events = context.get("outlet_events")
         if events is None:  # run outside a task (a test's hand-made context): no event
@@ -411,7 +412,7 @@ class BaseDeltaLoadOperator(BaseOperator):
         uri = table_asset_uri(self.table_uri)
         for outlet in self.outlets or []:
             if isinstance(outlet, Asset) and outlet.uri == uri:
-                events[outlet].extra.update(result)
+                events[outlet].extra.update(result if isinstance(result, dict) else result.to_dict())
 
     # -- submit mode -----------------------------------------------------------------
     def _submit(self, frozen: FrozenBatch, spec: LoadSpec, credentials: Credentials | None) -> LoadResult:
