@@ -25,6 +25,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.restatement import CONF_BATCH_KEY as BATCH_KEY
 from airflow_eod.core.restatement import CONF_PIPELINE as PIPELINE
@@ -104,6 +105,10 @@ def restate_request(
             f"dag_run.conf names batch {key!r} of pipeline {pipeline_id} but not {RESTATE!r}: true; "
             "add it to restate (or re-freeze) that batch"
         )
+    if key is not None:
+        # The key names a plan-log file: anyone who may trigger the DAG may write it, so
+        # only a key of the shape batch keys have is taken (no "..", no "/").
+        BatchKey(pipeline_id, key)
     what = f"batch {key}" if key else "this run's batch"
     log.info("dag_run.conf: restating %s of pipeline %s", what, pipeline_id)
     return True, key

@@ -114,6 +114,9 @@ def test_conf_restates_only_the_named_pipeline() -> None:
         restate_request({"eod_pipeline": "p.a", "eod_restate": "maybe"}, "p.a", False, None)
     with pytest.raises(ConfigurationError, match="must name the pipeline"):
         restate_request({"eod_pipeline": 3, "eod_restate": True}, "p.a", False, None)
+    for hostile in ("../../../etc/passwd", "o-1/../../x", "/abs"):
+        with pytest.raises(ConfigurationError, match="is not valid"):
+            restate_request({**conf, "eod_restate_batch_key": hostile}, "p.a", False, None)
 
 
 @pytest.mark.spark
