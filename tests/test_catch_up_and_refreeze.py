@@ -144,6 +144,33 @@ def test_the_changed_input_error_names_the_conf_way_out(spark: Any, tmp_path: An
     assert cmp.exact and cmp.table_rows == 17, cmp.describe()
 
 
+@pytest.mark.spark
+def test_one_malformed_file_costs_one_failure_not_two(spark: Any, tmp_path: Any) -> None:
+    """The pilot's case. On 960f2aa the malformed-record error said "Fix the files", and the
+    clear after the fix failed again ("changed after it was planned"): two failures before
+    the re-freeze. The error now quotes the conf that re-freezes the batch in one step."""
+    from airflow_eod.core.errors import MalformedInputError
+
+    landing, table = str(tmp_path / "landing"), str(tmp_path / "table")
+    write_order_files(landing, 2, 5)
+    bad = os.path.join(landing, sorted(os.listdir(landing))[0])
+    with open(bad, "a") as fh:
+        fh.write("not-a-number,ann,1.00,2026-11-01,2026-11-01T00:00:00Z\n")
+    op = _landing_op(landing, table, "cu.bad")
+    with pytest.raises(AirflowFailException) as caught:
+        op.execute(_ctx("run-1"))
+    assert isinstance(caught.value.__cause__, MalformedInputError), repr(caught.value.__cause__)
+    text = str(caught.value)
+    start = text.index('{"eod_pipeline"')
+    conf = json.loads(text[start : text.index("}", start) + 1])
+    assert conf["eod_pipeline"] == "cu.bad" and conf["eod_restate"] is True, conf
+    write_order_files(landing, 1, 5)  # the bad file, fixed
+    done = op.execute(_ctx("run-2", conf=conf))
+    assert (done["outcome"], done["generation"], done["rows"]) == (COMMITTED, 1, 10), done
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 10, cmp.describe()
+
+
 @pytest.mark.airflow
 @pytest.mark.spark
 def test_a_run_with_conf_refreezes_a_changed_batch_without_a_dag_change(
