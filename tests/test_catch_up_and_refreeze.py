@@ -140,6 +140,9 @@ def test_the_changed_input_error_names_the_conf_way_out(spark: Any, tmp_path: An
     # The way out the message names, as written there, loads the file as it is now.
     done = op.execute(_ctx("run-2", conf=json.loads(want)))
     assert (done["outcome"], done["generation"], done["rows"]) == (COMMITTED, 1, 17), done
+    # A retry (or clear) of that run, with its conf, does not restate a second time.
+    again = op.execute(_ctx("run-2", 2, conf=json.loads(want)))
+    assert (again["outcome"], again["generation"]) == (ALREADY_COMMITTED, 1), again
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 17, cmp.describe()
 
