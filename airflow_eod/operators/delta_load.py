@@ -366,7 +366,7 @@ class BaseDeltaLoadOperator(BaseOperator):
         if not self.catch_up:
             return None
         if request.restate:
-            self.log.info("batch %s: a restating run loads only the batch it restates", request.pipeline_id)
+            self.log.info("pipeline %s: a restating run loads only its batch", request.pipeline_id)
             return None
         return load_batches(request, load_one, max_batches=self.max_batches_per_run)
 
