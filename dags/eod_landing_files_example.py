@@ -6,7 +6,9 @@ Retries, clears and a task killed after its commit never load a file twice.
 
 ``EOD_DEMO_LANDING`` and ``EOD_DEMO_TABLE`` choose the directories; ``make demo`` sets them.
 Trigger with ``{"restate": true, "restate_batch_key": "<key>"}`` to re-load a batch on
-purpose: it becomes generation + 1, swapped for the old one in one commit.
+purpose: it becomes generation + 1, swapped for the old one in one commit. A DAG without
+these params does the same with ``{"eod_pipeline": "eod_landing_files_example.load_orders",
+"eod_restate": true, "eod_restate_batch_key": "<key>"}``, which every load operator honours.
 """
 
 from __future__ import annotations

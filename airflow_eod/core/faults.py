@@ -7,8 +7,10 @@ the cleanup). A point is armed with ``EOD_FAULTPOINTS="after_commit=raise@1,afte
 ``raise`` throws :class:`InjectedFault`, ``kill`` sends SIGKILL to the process,
 ``killafter:S`` sends it S seconds later from a timer thread (so the process dies at a
 random moment of whatever runs next: Spark reading or writing), ``sleep:S`` pauses S
-seconds (to open a race window on purpose), and ``@N`` limits the point to try number N.
-With the variable unset the points do nothing.
+seconds (to open a race window on purpose), ``@N`` limits the point to try number N, and
+``#K`` fires it only the K-th time this process reaches it (``after_commit=raise@1#2``: the
+second commit of try 1, e.g. batch 2 of a catch-up run). With the variable unset the points
+do nothing.
 
 A worker's environment is not a safe place for a switch that makes production tasks die: a
 variable copied from a test set-up, a template or a shell profile would take a real pipeline
@@ -30,6 +32,15 @@ ENV_VAR = "EOD_FAULTPOINTS"
 TESTING_SWITCH = "EOD_FAULTPOINTS_TESTING"
 log = logging.getLogger(__name__)
 _warned: set[str] = set()
+# How often each armed item was reached in this process (for ``#K``), under the spec last
+# seen: arming the points anew (another value) starts the count again.
+_passes: dict[str, int] = {}
+_passes_spec = [""]
+
+
+def reset_counts() -> None:
+    """Forget how often the points were reached (for ``#K``)."""
+    _passes.clear()
 POINTS = (
     "after_plan",
     "before_write",
@@ -57,8 +68,11 @@ def enabled() -> bool:
     return os.environ.get(TESTING_SWITCH) == "1"
 
 
-def _armed(point: str) -> list[tuple[str, int | None]]:
+def _armed(point: str) -> list[tuple[str, int | None, int | None, str]]:
     spec = os.environ.get(ENV_VAR, "")
+    if spec != _passes_spec[0]:
+        _passes_spec[0] = spec
+        reset_counts()
     if spec and not enabled():
         if spec not in _warned:
             _warned.add(spec)
@@ -69,13 +83,14 @@ def _armed(point: str) -> list[tuple[str, int | None]]:
                 TESTING_SWITCH,
             )
         return []
-    found: list[tuple[str, int | None]] = []
+    found: list[tuple[str, int | None, int | None, str]] = []
     for item in filter(None, (p.strip() for p in spec.split(","))):
         name, _, action = item.partition("=")
         if name != point:
             continue
+        action, _, nth = action.partition("#")
         action, _, try_no = action.partition("@")
-        found.append((action or "raise", int(try_no) if try_no else None))
+        found.append((action or "raise", int(try_no) if try_no else None, int(nth) if nth else None, item))
     return found
 
 
@@ -83,9 +98,13 @@ def fault_point(point: str, *, try_number: int | None = None) -> None:
     """Fire the fault armed for ``point``, if any, for this try."""
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}")
-    for action, only_try in _armed(point):
+    for action, only_try, nth, item in _armed(point):
         if only_try is not None and only_try != try_number:
             continue
+        if nth is not None:
+            _passes[item] = _passes.get(item, 0) + 1
+            if _passes[item] != nth:
+                continue
         if action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if action.startswith("killafter:"):

@@ -241,3 +241,28 @@ def check_partition_columns(partition_by: list[str], columns: list[str] | None) 
     missing = [c for c in partition_by if not is_template(c) and c.lower() not in known]
     if missing:
         raise ConfigurationError(f"partition_by {missing} are not columns of the schema {columns}")
+
+
+def check_catch_up(catch_up: Any, max_batches_per_run: Any) -> None:
+    """Refuse, when the DAG is parsed, catch-up settings that cannot work."""
+    if not isinstance(catch_up, bool):
+        raise ConfigurationError(f"catch_up must be True or False, not {catch_up!r}")
+    if max_batches_per_run is None:
+        return
+    limit = max_batches_per_run
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigurationError(f"max_batches_per_run must be a whole number of at least 1, not {limit!r}")
+    if not catch_up:
+        raise ConfigurationError("max_batches_per_run limits a catch-up run: pass catch_up=True as well")
+
+
+def check_catch_up_boundary(catch_up: bool, boundary: str) -> None:
+    """Catching up plans offset batch after offset batch; an interval batch is the run's own
+    data interval, one per run, so there is nothing to catch up in one task (Airflow's
+    catchup and backfills run the missed intervals)."""
+    if catch_up and boundary != "offsets":
+        raise ConfigurationError(
+            f"catch_up=True needs boundary='offsets' (this task's is {boundary!r}): an interval "
+            "batch is one DAG run's data interval; missed intervals are caught up by Airflow "
+            "(catchup=True, or `airflow backfill create`)"
+        )

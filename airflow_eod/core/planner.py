@@ -20,6 +20,7 @@ from airflow_eod.core.errors import BatchRefusedError, ConfigurationError, Overl
 from airflow_eod.core.interval_index import IntervalIndex, span_bounds, span_of, span_text
 from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.plan_log import INTERVAL, OFFSETS, Plan, PlanLog
+from airflow_eod.core.restatement import refreeze_hint
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,8 @@ def own_files(plan_log: PlanLog, plan: Plan) -> Plan:
                 f"landing file {entry['path']} belongs to batch {claim['batch_key']} of this pipeline, "
                 f"which froze it at size {size}, mtime_ns {mtime}; it now has size {entry.get('size')}, "
                 f"mtime_ns {entry.get('mtime_ns')} (rewritten in place). A pipeline loads a path once: "
-                f"restate batch {claim['batch_key']} to load the file as it is now, then clear this run "
+                f"restate batch {claim['batch_key']} to load the file as it is now "
+                f"({refreeze_hint(plan.pipeline_id, claim['batch_key'])}), then clear this run "
                 "(it then leaves the file to its owner), or write new data under new file names; "
                 "nothing was committed",
             )

@@ -19,6 +19,23 @@ from airflow_eod.core.plan_log import Plan, PlanLog
 
 log = logging.getLogger(__name__)
 
+# The keys of ``dag_run.conf`` every load operator honours (see airflow_eod/run_conf.py);
+# here so that every error message of the core and the sources can name them.
+CONF_PIPELINE = "eod_pipeline"
+CONF_RESTATE = "eod_restate"
+CONF_BATCH_KEY = "eod_restate_batch_key"
+
+
+def refreeze_hint(pipeline_id: str, batch_key: str) -> str:
+    """The words of an error message that name the way to restate (or re-freeze) a batch
+    which needs no DAG change: a run triggered with ``dag_run.conf`` keys."""
+    return (
+        f'trigger a run of the DAG with conf {{"{CONF_PIPELINE}": "{pipeline_id}", '
+        f'"{CONF_RESTATE}": true, "{CONF_BATCH_KEY}": "{batch_key}"}} (no DAG change needed; '
+        f"a DAG that passes restate/restate_batch_key params may use restate=True, "
+        f"restate_batch_key={batch_key})"
+    )
+
 
 def plan_restatement(
     plan_log: PlanLog,

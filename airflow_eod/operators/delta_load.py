@@ -19,6 +19,8 @@ import pendulum
 from airflow.sdk import Asset, BaseOperator
 
 from airflow_eod.airflow_exceptions import ending_at_once
+from airflow_eod.core import spec_files
+from airflow_eod.core.catch_up import CatchUpResult, load_batches
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, decide_submitted, load_batch
 from airflow_eod.core.options import (
@@ -28,14 +30,17 @@ from airflow_eod.core.options import (
     Engine,
     Execution,
     SchemaDrift,
+    check_catch_up,
     check_table_uri,
     choice,
     is_template,
 )
 from airflow_eod.core.result import LoadResult
+from airflow_eod.core.spec_files import spec_path as spec_file_path
 from airflow_eod.core.table_layout import local_path, table_asset_uri
 from airflow_eod.links.delta_table import DeltaTableLink
 from airflow_eod.operators.spark_master import check_master_reachable
+from airflow_eod.run_conf import conf_of, restate_request
 from airflow_eod.run_context import (
     data_interval_for,
     pipeline_id_for,
@@ -48,7 +53,7 @@ from airflow_eod.spark.load_spec import LoadSpec
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-SPECS_DIR = os.path.join("_eod", "specs")
+SPECS_DIR = spec_files.SPECS_DIR
 
 
 # SparkSubmitHook arguments the operator sets itself.
@@ -130,6 +135,16 @@ class BaseDeltaLoadOperator(BaseOperator):
         this run loaded).
     :param restate_batch_key: (templated) the batch to restate, e.g.
         ``"{{ params.restate_batch_key }}"``; needed to restate an offset batch from a new run.
+        Whatever the DAG passes, a run triggered with ``dag_run.conf``
+        ``{"eod_pipeline": "<pipeline id>", "eod_restate": true, "eod_restate_batch_key":
+        "<key>"}`` restates (or re-freezes) that batch of the named pipeline: the way out that
+        needs no DAG change (see :mod:`airflow_eod.run_conf`).
+    :param catch_up: load offset batch after offset batch in this one task until the source
+        holds nothing new (like ``Trigger.AvailableNow``), each batch its own frozen, fenced
+        commit; the result is the last batch's, with ``batches`` listing them. Offset
+        boundaries only. A restating run loads just the batch it restates.
+    :param max_batches_per_run: with ``catch_up``, the most batches one run loads (default:
+        until the source is drained); the next run goes on from there.
     :param schema_drift: ``fail`` (default) or ``add_columns`` (new nullable source columns
         are added to the table in the batch's commit; type changes always fail).
     :param quarantine_table_uri: (templated) a Delta table for malformed records; unset,
@@ -171,6 +186,8 @@ class BaseDeltaLoadOperator(BaseOperator):
         spark_conn_id: str = "spark_default",
         jars: str | None = None,
         submit_kwargs: dict[str, Any] | None = None,
+        catch_up: bool = False,
+        max_batches_per_run: int | None = None,
         **kwargs: Any,
     ) -> None:
         # What can be checked without running is checked here, when the DAG is parsed: a
@@ -195,6 +212,9 @@ class BaseDeltaLoadOperator(BaseOperator):
                 "pass it as 'package.module:function', importable where the driver runs"
             )
         _check_submit_kwargs(submit_kwargs or {}, spark_conf or {})
+        check_catch_up(catch_up, max_batches_per_run)
+        self.catch_up = catch_up
+        self.max_batches_per_run = max_batches_per_run
         self.execution = execution
         self.spark_conn_id = spark_conn_id
         self.jars = jars
@@ -266,13 +286,18 @@ class BaseDeltaLoadOperator(BaseOperator):
         from airflow_eod.spark.load_job import settle_committed
 
         source = self.build_source()
+        pipeline_id = pipeline_id_for(self, self.pipeline_id, context)
+        # dag_run.conf may ask this pipeline to restate: the way out needing no DAG change.
+        restate, restate_batch_key = restate_request(
+            conf_of(context), pipeline_id, _as_bool(self.restate), self.restate_batch_key
+        )
         request = LoadRequest(
             table_uri=self.table_uri,
-            pipeline_id=pipeline_id_for(self, self.pipeline_id, context),
+            pipeline_id=pipeline_id,
             run_token=run_token_for(context),
             interval=self._interval(context),
-            restate=_as_bool(self.restate),
-            restate_batch_key=self.restate_batch_key,
+            restate=restate,
+            restate_batch_key=restate_batch_key,
             try_number=try_number_for(context),
         )
 
@@ -308,13 +333,17 @@ class BaseDeltaLoadOperator(BaseOperator):
                 credentials=ctx.credentials,
                 **settings,
             )
-        result = load_batch(
-            request,
-            source,
-            ctx,
-            run=run,
-            settle=lambda status: settle_committed(self.table_uri, status, try_number),
-        )
+        def load_one(req: LoadRequest) -> LoadResult:
+            return load_batch(
+                req,
+                source,
+                ctx,
+                run=run,
+                settle=lambda status: settle_committed(self.table_uri, status, try_number),
+            )
+
+        caught_up = self._catch_up(request, load_one)
+        result = load_one(request) if caught_up is None else caught_up.last
         self.log.info(
             "batch %s/%s: %s (generation %s, table version %s, %d rows, %d files)",
             result.pipeline_id,
@@ -325,10 +354,22 @@ class BaseDeltaLoadOperator(BaseOperator):
             result.rows,
             result.files,
         )
-        self.log.info("result %s", json.dumps(result.to_dict(), sort_keys=True))
+        returned = result.to_dict() if caught_up is None else caught_up.to_dict()
+        self.log.info("result %s", json.dumps(returned, sort_keys=True))
         self._result = result
-        self._attach_to_asset_event(context, result)
-        return result.to_dict()
+        self._attach_to_asset_event(context, returned)
+        return returned
+
+    def _catch_up(
+        self, request: LoadRequest, load_one: Callable[[LoadRequest], LoadResult]
+    ) -> CatchUpResult | None:
+        """Batch after batch in this task (``catch_up``), or ``None`` to load the one batch."""
+        if not self.catch_up:
+            return None
+        if request.restate:
+            self.log.info("pipeline %s: a restating run loads only its batch", request.pipeline_id)
+            return None
+        return load_batches(request, load_one, max_batches=self.max_batches_per_run)
 
     # -- lineage (optional extra: airflow-eod[openlineage]) -----------------------------
     def lineage_inputs(self) -> list[tuple[str, str]]:
@@ -357,13 +398,14 @@ class BaseDeltaLoadOperator(BaseOperator):
             outputs=[OutputDataset(namespace="file", name=local_path(self.table_uri), outputFacets=facets)],
         )
 
-    def _attach_to_asset_event(self, context: Any, result: LoadResult) -> None:
+    def _attach_to_asset_event(self, context: Any, result: LoadResult | dict[str, Any]) -> None:
         """Put the batch that arrived on the table's asset event, for the DAGs scheduled on it.
 
         Airflow emits the event when the task succeeds, whatever the outcome: a run with no
         new data says so (``outcome: no_new_data``, ``batch_key: null``), and a retry or a
         cleared run of a committed batch sends its key again (``already_committed``), so a
-        consumer that must act once per batch keys on ``batch_key`` and ``generation``.
+        consumer that must act once per batch keys on ``batch_key`` and ``generation``. A
+        catch-up run's event carries its whole result: the last batch, and ``batches``.
         """
         events = context.get("outlet_events")
         if events is None:  # run outside a task (a test's hand-made context): no event
@@ -371,7 +413,7 @@ class BaseDeltaLoadOperator(BaseOperator):
         uri = table_asset_uri(self.table_uri)
         for outlet in self.outlets or []:
             if isinstance(outlet, Asset) and outlet.uri == uri:
-                events[outlet].extra.update(result.to_dict())
+                events[outlet].extra.update(result if isinstance(result, dict) else result.to_dict())
 
     # -- submit mode -----------------------------------------------------------------
     def _submit(self, frozen: FrozenBatch, spec: LoadSpec, credentials: Credentials | None) -> LoadResult:
@@ -385,9 +427,9 @@ class BaseDeltaLoadOperator(BaseOperator):
         label = frozen.plan.key.label
         # The spec lives beside the table: a driver that can write the table can read it,
         # on this machine or (deploy-mode cluster) on a node of the cluster.
-        spec_dir = os.path.join(local_path(self.table_uri), SPECS_DIR)
-        os.makedirs(spec_dir, exist_ok=True)
-        spec_path = os.path.join(spec_dir, f"{spec.attempt_id}.json")
+        # Its name says whose it is: the settle step of a committed batch removes the specs a
+        # SIGKILLed task left behind (airflow_eod.core.spec_files).
+        spec_path = spec_file_path(self.table_uri, frozen.plan.key, spec.generation, spec.attempt_id)
         with open(spec_path, "w") as fh:
             fh.write(spec.to_json())
         secrets: dict[str, str] = {}

@@ -16,6 +16,7 @@ from airflow_eod.core.options import (
     Boundary,
     KeyType,
     NullKeys,
+    check_catch_up_boundary,
     choice,
 )
 from airflow_eod.hooks.jdbc_source import JdbcSourceHook
@@ -72,6 +73,7 @@ class JdbcToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator):
         choice("key_type", key_type, KEY_TYPES)
         choice("boundary", boundary, BOUNDARIES)
         choice("null_keys", null_keys, NULL_KEY_POLICIES)
+        check_catch_up_boundary(self.catch_up, boundary)
         if boundary == "interval" and key_type != "timestamp":
             raise ConfigurationError("boundary='interval' needs a timestamp key (key_type='timestamp')")
         self.jdbc_conn_id = jdbc_conn_id

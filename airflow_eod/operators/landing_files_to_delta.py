@@ -11,6 +11,7 @@ from airflow_eod.core.options import (
     FORMATS,
     Boundary,
     FileFormat,
+    check_catch_up_boundary,
     check_partition_columns,
     choice,
     ddl_columns,
@@ -66,6 +67,7 @@ class LandingFilesToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator)
         super().__init__(**kwargs)
         choice("file_format", file_format, FORMATS)
         choice("boundary", boundary, BOUNDARIES)
+        check_catch_up_boundary(self.catch_up, boundary)
         if schema and not is_template(schema):
             columns = ddl_columns("schema", schema)
             # A transform may add or rename columns: then the schema is not the table's.

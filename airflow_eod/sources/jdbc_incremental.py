@@ -31,6 +31,7 @@ from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, NULL_KEY_POLICIES, choice
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
+from airflow_eod.core.restatement import refreeze_hint
 from airflow_eod.sources.base import ReadContext
 
 if TYPE_CHECKING:
@@ -519,8 +520,8 @@ class JdbcIncrementalSource:
         planned = int(frozen["rows"])
         now = self._measure(ctx, plan.boundary, plan.key.label)
         way_out = (
-            "nothing was committed. Re-freeze it on purpose to load it as it is now: trigger a run "
-            f"with restate=True and restate_batch_key={plan.batch_key}"
+            "nothing was committed. Re-freeze it on purpose to load it as it is now: "
+            f"{refreeze_hint(plan.pipeline_id, plan.batch_key)}"
         )
         where = f"the source range {self._describe(plan.boundary)} of {self.table}"
         if now["rows"] != planned:

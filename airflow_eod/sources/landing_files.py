@@ -23,6 +23,7 @@ from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.options import BOUNDARIES, FORMATS, choice
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
+from airflow_eod.core.restatement import refreeze_hint
 from airflow_eod.sources.base import ReadContext
 
 if TYPE_CHECKING:
@@ -276,8 +277,8 @@ class LandingFilesSource:
                     f"landing file {entry['path']} changed after it was planned "
                     f"(size {entry['size']} -> {now['size']}, mtime_ns {entry['mtime_ns']} -> "
                     f"{now['mtime_ns']}); nothing was committed. Restore the file and clear the task, "
-                    "or re-freeze the batch on purpose: trigger a run with restate=True and "
-                    f"restate_batch_key={plan.batch_key} (see the runbook)",
+                    "or re-freeze the batch on purpose to load the file as it is now: "
+                    f"{refreeze_hint(plan.pipeline_id, plan.batch_key)} (see the runbook)",
                 )
 
     @staticmethod
@@ -286,9 +287,10 @@ class LandingFilesSource:
         try:
             st = os.stat(entry["path"])
         except FileNotFoundError:
+            pipeline, _, key = label.rpartition("/")
             raise InputChangedError(
                 label,
                 f"landing file {entry['path']} was planned but is gone; nothing was committed. Restore "
-                "it, or re-freeze the batch on purpose (restate=True with restate_batch_key)",
+                f"it, or re-freeze the batch on purpose without it: {refreeze_hint(pipeline, key)}",
             ) from None
         return {"path": entry["path"], "size": st.st_size, "mtime_ns": st.st_mtime_ns}

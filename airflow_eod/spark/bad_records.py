@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.errors import MalformedInputError
+from airflow_eod.core.restatement import refreeze_hint
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -175,10 +176,13 @@ def _malformed_error(label: str, tagged: DataFrame, counts: Mapping[str, int]) -
     total = sum(counts.values())
     detail = ", ".join(f"{_name(path)}: {n}" for path, n in sorted(counts.items()))
     explanation = explain_malformed(tagged, tagged.filter(F.col(CORRUPT_COLUMN).isNotNull()), total)
+    pipeline, _, key = label.rpartition("/")
     return MalformedInputError(
         label,
         f"{total} malformed record(s) that do not parse or do not fit the schema ({detail}); "
-        f"nothing was committed. {explanation}Fix the files or the schema, or set "
+        f"nothing was committed. {explanation}Fix the schema and clear the task; or fix the files "
+        "and re-freeze the batch in one step (a cleared task would fail again, since its plan "
+        f"froze the files as they were): {refreeze_hint(pipeline, key)}; or set "
         "quarantine_table_uri to load the good rows and keep the bad ones in a quarantine table",
     )
 

@@ -32,6 +32,7 @@ from airflow_eod.core.result import (
     result_from_status,
 )
 from airflow_eod.core.retention import check_retention
+from airflow_eod.core.spec_files import remove_decided_specs
 from airflow_eod.core.table_layout import attempt_dir, local_path
 from airflow_eod.sources import Credentials, ReadContext, Source
 from airflow_eod.spark import jvm_log
@@ -50,9 +51,11 @@ Transform = Callable[["DataFrame"], "DataFrame"]
 
 def settle_committed(table_uri: str, status: BatchStatus, try_number: int | None = None) -> None:
     """What is due once the table holds a batch, and a crash may have cut off: deliver its
-    quarantine outbox and remove other attempts' files. Neither starts Spark."""
+    quarantine outbox, and remove other attempts' files: their data directories, and the
+    specs of submitted attempts a SIGKILLed task left behind. Neither starts Spark."""
     deliver_outbox(table_uri, status, try_number=try_number)
     remove_uncommitted_attempts(table_uri, status, try_number=try_number)
+    remove_decided_specs(table_uri, status)
 
 
 def resolve_transform(path: str) -> Transform:

@@ -1,0 +1,74 @@
+"""The spec files of submitted attempts, and their removal once their batch is decided.
+
+A submit-mode attempt writes its load spec to ``<table>/_eod/specs/`` for the driver to read
+when it starts (and the driver may leave an ``.error.json`` beside it). The task removes
+both once spark-submit returns; a task that is SIGKILLed (a worker's OOM, a lost node)
+never gets there, so its files would stay forever. The name of a spec says whose it is
+(``<batch hash>-g<generation>-<attempt>.json``), so the step that settles a committed batch
+removes every earlier attempt's files of that batch, at the committed generation or older,
+without reading any of them: once the table holds the batch at that generation, every such
+attempt is fenced, and a driver still starting that finds its spec gone fails without
+writing anything. Specs of a newer generation (a restatement in flight) and of other
+batches are left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+from airflow_eod.core.ask import BatchStatus
+from airflow_eod.core.batch import BatchKey, fingerprint
+from airflow_eod.core.table_layout import META_DIR, local_path
+
+log = logging.getLogger(__name__)
+
+SPECS_DIR = os.path.join(META_DIR, "specs")
+_NAME = re.compile(r"^(?P<batch>[0-9a-f]{24})-g(?P<gen>[0-9]{1,9})-(?P<attempt>[0-9A-Za-z_-]{1,64})\.json")
+
+
+def _batch_tag(batch: BatchKey) -> str:
+    # A hash, not the ids themselves: pipeline ids and batch keys may be long, and a file
+    # name must stay short; the hash also keeps one batch's prefix from matching another's.
+    return fingerprint([batch.pipeline_id, batch.key])[:24]
+
+
+def spec_path(table_uri: str, batch: BatchKey, generation: int, attempt_id: str) -> str:
+    """Where the spec of ``attempt_id`` (of ``batch`` at ``generation``) is written; the
+    directory is made if needed."""
+    spec_dir = os.path.join(local_path(table_uri), SPECS_DIR)
+    os.makedirs(spec_dir, exist_ok=True)
+    return os.path.join(spec_dir, f"{_batch_tag(batch)}-g{generation}-{attempt_id}.json")
+
+
+def remove_decided_specs(table_uri: str, status: BatchStatus) -> list[str]:
+    """Remove the spec files (and drivers' error files) of every attempt of ``status``'s batch
+    at the committed generation or older. Nothing happens unless the table holds the batch.
+
+    :returns: the names removed.
+    """
+    if not status.committed or status.committed_generation is None:
+        return []
+    spec_dir = os.path.join(local_path(table_uri), SPECS_DIR)
+    try:
+        names = os.listdir(spec_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    tag = _batch_tag(status.batch)
+    removed: list[str] = []
+    for name in names:
+        m = _NAME.match(name)
+        if m is None or m["batch"] != tag or int(m["gen"]) > status.committed_generation:
+            continue
+        path = os.path.join(spec_dir, name)
+        try:
+            # A plain file only: a link or directory that matches the name is not ours.
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.remove(path)
+                removed.append(name)
+        except OSError:
+            pass  # a racer removed it first
+    if removed:
+        log.info("batch %s: removed %d spec file(s) of decided attempts", status.batch, len(removed))
+    return removed
