@@ -30,7 +30,8 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from airflow_eod.core.table_layout import META_DIR
+from airflow_eod.core.errors import UnsafePathError
+from airflow_eod.core.table_layout import META_DIR, under
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,9 @@ def _identity(files: list[str]) -> str:
 
 
 def _index_dir(table_path: str, version: int, files: list[str]) -> str:
-    return os.path.join(table_path, META_DIR, _DIR, f"{version:020d}.{_identity(files)}")
+    # Refused (UnsafePathError) when a link in the table leads _eod/checkpoints out of it:
+    # old indexes are removed from there.
+    return under(table_path, META_DIR, _DIR, f"{version:020d}.{_identity(files)}")
 
 
 def _bucket_of(app_id: str, buckets: int) -> int:
@@ -158,7 +161,7 @@ def read_index(
         where = _index_dir(table_path, version, files)
         with open(os.path.join(where, "index.json")) as fh:
             body = json.load(fh)
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnsafePathError):
         return None
     if (
         not isinstance(body, dict)

@@ -4,11 +4,12 @@ airflow-eod writes (the plan log, and one data directory per batch attempt)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.errors import ConfigurationError, UnsafePathError
 
 # Directory inside the table root that holds the plan log. The leading underscore keeps
 # Delta's VACUUM away from it, and readers never look outside ``_delta_log``'s list.
@@ -58,11 +59,74 @@ def normalise(table_uri: str) -> str:
     return local_path(table_uri)
 
 
+# One path component airflow-eod builds from a value it did not choose itself (a table id,
+# a batch key, an attempt id, a name listed in the plan log): no separator, no NUL, not
+# "." or "..", no leading dot or dash. Every such value is a single name, never a path.
+_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}$")
+
+
+def path_part(value: object, what: str = "path component") -> str:
+    """``value`` if it is one safe file name (see ``_PART``), else :class:`UnsafePathError`.
+
+    :param value: a name read from a table, a plan log, a landing directory or a setting.
+    :param what: what the value is, for the error (``table id``, ``attempt id``...).
+    """
+    if not isinstance(value, str) or not _PART.match(value):
+        raise UnsafePathError(
+            None,
+            f"{what} {value!r} cannot name a file: airflow-eod builds paths only from names of "
+            "1-255 letters, digits, '_', '.', '-' that start with a letter or digit (no '/', "
+            "'..', NUL or leading dot). A table, plan log or setting holding such a value was "
+            "written by something other than airflow-eod; nothing was read or written there"
+        )
+    return value
+
+
+def is_inside(path: str, root: str) -> bool:
+    """Whether ``path``, links resolved, is ``root`` or below it (``root`` resolved too)."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def under(root: str, *parts: str, what: str = "path component") -> str:
+    """``root`` joined with ``parts``, each checked by :func:`path_part`, and refused unless
+    the result, with every link on the way resolved, stays under ``root``.
+
+    The one way airflow-eod joins a name it did not choose onto a root: a hostile name
+    (``../x``, ``/etc``) and a link planted inside the root (``_eod`` pointing elsewhere)
+    are both refused here, before anything is read, written or removed (invariant I11).
+
+    :param root: the table root, or a directory airflow-eod owns inside it.
+    :param parts: single names, in order.
+    :param what: what the names are, for the error.
+    """
+    for part in parts:
+        path_part(part, what)
+    path = os.path.join(root, *parts)
+    if not is_inside(path, root):
+        raise UnsafePathError(
+            None,
+            f"{path} resolves to {os.path.realpath(path)}, outside {root}: a link inside the "
+            "table leads out of it. airflow-eod reads, writes and removes nothing outside the "
+            "table; remove the link (see the runbook, 'hostile input')"
+        )
+    return path
+
+
 def batch_dir(batch: BatchKey) -> str:
     """The directory, relative to the table root, that holds every attempt of ``batch``."""
-    return f"{DATA_DIR}/{batch.pipeline_id}/{batch.key}"
+    return f"{DATA_DIR}/{path_part(batch.pipeline_id, 'pipeline id')}/{path_part(batch.key, 'batch key')}"
 
 
 def attempt_dir(batch: BatchKey, generation: int, attempt_id: str) -> str:
     """The directory, relative to the table root, unique to one attempt of ``batch``."""
-    return f"{batch_dir(batch)}/g{generation}-{attempt_id}"
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        raise UnsafePathError(None, f"generation {generation!r} is not a non-negative integer")
+    return f"{batch_dir(batch)}/g{generation}-{path_part(attempt_id, 'attempt id')}"
+
+
+def table_dir(table_uri: str, rel_dir: str) -> str:
+    """The local path of ``rel_dir`` (from :func:`batch_dir` or :func:`attempt_dir`) in the
+    table, refused when a link on the way leads out of the table."""
+    return under(local_path(table_uri), *rel_dir.split("/"))

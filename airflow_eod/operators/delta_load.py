@@ -19,6 +19,7 @@ import pendulum
 from airflow.sdk import Asset, BaseOperator
 
 from airflow_eod.airflow_exceptions import ending_at_once
+from airflow_eod.core.atomic_file import write_private
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, decide_submitted, load_batch
 from airflow_eod.core.options import (
@@ -33,7 +34,7 @@ from airflow_eod.core.options import (
     is_template,
 )
 from airflow_eod.core.result import LoadResult
-from airflow_eod.core.table_layout import local_path, table_asset_uri
+from airflow_eod.core.table_layout import local_path, table_asset_uri, under
 from airflow_eod.links.delta_table import DeltaTableLink
 from airflow_eod.run_context import (
     data_interval_for,
@@ -386,9 +387,8 @@ class BaseDeltaLoadOperator(BaseOperator):
         # on this machine or (deploy-mode cluster) on a node of the cluster.
         spec_dir = os.path.join(local_path(self.table_uri), SPECS_DIR)
         os.makedirs(spec_dir, exist_ok=True)
-        spec_path = os.path.join(spec_dir, f"{spec.attempt_id}.json")
-        with open(spec_path, "w") as fh:
-            fh.write(spec.to_json())
+        spec_path = under(local_path(self.table_uri), *SPECS_DIR.split(os.sep), f"{spec.attempt_id}.json")
+        write_private(spec_path, spec.to_json())  # 0600: no other user reads what it names
         secrets: dict[str, str] = {}
         if credentials is not None:
             from airflow.sdk.log import mask_secret
