@@ -28,7 +28,7 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
     :param jdbc_conn_id: an Airflow connection, read by
         :class:`~airflow_eod.hooks.jdbc_source.JdbcSourceHook`: ``postgres`` (host, port,
         schema: the database, login, password) or ``jdbc`` (host: the JDBC URL, login,
-        password, ``extra.driver_class``); ``extra`` may hold ``jdbc_url`` and ``driver``.
+        password); ``extra`` may hold ``jdbc_url``.
     :param source_table: the table to read, optionally schema-qualified (templated).
     :param key_column: the monotonic key column (integer id or timestamp).
     :param key_type: ``integer`` or ``timestamp``.
@@ -36,6 +36,9 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
     :param max_rows_per_batch: cap on rows per offset batch.
     :param num_partitions: parallel JDBC reads, split by key range.
     :param boundary: ``offsets`` or ``interval``.
+    :param driver: the JDBC driver class (default ``org.postgresql.Driver``). A connection's
+        ``extra.driver_class`` is used only where Airflow's ``[providers.jdbc]
+        allow_driver_class_in_extra`` is on (see :class:`~airflow_eod.hooks.jdbc_source.JdbcSourceHook`).
     """
 
     template_fields: Sequence[str] = (*BaseDeltaLoadOperator.template_fields, "source_table")
@@ -51,6 +54,7 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
         max_rows_per_batch: int | None = None,
         num_partitions: int = 1,
         boundary: Boundary = "offsets",
+        driver: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -66,11 +70,12 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
         self.max_rows_per_batch = max_rows_per_batch
         self.num_partitions = num_partitions
         self.boundary = boundary
+        self.driver = driver
 
     @cached_property
     def hook(self) -> JdbcSourceHook:
         """The hook that owns the connection (fetched once per task)."""
-        return JdbcSourceHook(jdbc_conn_id=self.jdbc_conn_id)
+        return JdbcSourceHook(jdbc_conn_id=self.jdbc_conn_id, driver=self.driver)
 
     def build_source(self) -> JdbcIncrementalSource:
         return JdbcIncrementalSource(
