@@ -232,7 +232,12 @@ def _records(plan_log: PlanLog, table_path: str, table_id: str, out: PlanLogFact
         out.unreadable.append((os.path.relpath(plan_log.root, table_path), str(exc)))
         return
     suffix = f".{table_id}.json"
-    for key in plan_log.recorded_batches():
+    try:
+        keys = plan_log.recorded_batches()
+    except UnsafePathError as exc:  # the plan log's batches/ is a link leading out
+        out.unreadable.append((os.path.relpath(plan_log.root, table_path), str(exc)))
+        return
+    for key in keys:
         try:
             folder = plan_log.record_dir(key)
         except UnsafePathError as exc:  # a link leading out of the table

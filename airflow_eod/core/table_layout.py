@@ -62,7 +62,8 @@ def normalise(table_uri: str) -> str:
 # One path component airflow-eod builds from a value it did not choose itself (a table id,
 # a batch key, an attempt id, a name listed in the plan log): no separator, no NUL, not
 # "." or "..", no leading dot or dash. Every such value is a single name, never a path.
-_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,254}$")
+# (A leading "_" is allowed: the provider's own directories, "_eod", start with one.)
+_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$")
 
 
 def path_part(value: object, what: str = "path component") -> str:
@@ -75,8 +76,8 @@ def path_part(value: object, what: str = "path component") -> str:
         raise UnsafePathError(
             None,
             f"{what} {value!r} cannot name a file: airflow-eod builds paths only from names of "
-            "1-255 letters, digits, '_', '.', '-' that start with a letter or digit (no '/', "
-            "'..', NUL or leading dot). A table, plan log or setting holding such a value was "
+            "1-255 letters, digits, '_', '.', '-' that start with a letter, digit or '_' (no "
+            "'/', '..', NUL or leading dot). A table, plan log or setting holding such a value was "
             "written by something other than airflow-eod; nothing was read or written there"
         )
     return value

@@ -120,7 +120,7 @@ class JdbcSourceHook(BaseHook):
         raise ConfigurationError(
             f"connection {self.jdbc_conn_id!r} names the JDBC driver class {str(named)!r} in its "
             f"extra, and a connection may choose the class the worker's JVM loads only with "
-            f"[{CONF_SECTION}] {ALLOW_DRIVER_CLASS} = True (AIRFLOW__PROVIDERS__JDBC__"
+            f"[{CONF_SECTION}] {ALLOW_DRIVER_CLASS} = True (AIRFLOW__PROVIDERS_JDBC__"
             f"{ALLOW_DRIVER_CLASS.upper()}=True), as in Airflow's JDBC provider. Pass driver="
             f"{str(named)!r} to the operator instead, or set that option if every person who "
             "can edit connections may choose it"

@@ -67,6 +67,7 @@ _SECRET_VALUE = re.compile(
     r"([?&;:\s,(]\s*(?:[\w.\-]*[._\-])?(?:" + "|".join(_SECRET_KEYS) + r")\s*=)[^&;:\s,)]*",
     re.IGNORECASE,
 )
+_LOOSE_USERINFO = re.compile(r"(^|[/:;(\s])[^/:;@()\s*]+[:/][^/:;@()\s*]+@")
 # What a redacted URL shows of a value that may be a secret.
 _MASK = "***"
 
@@ -99,7 +100,8 @@ def check_jdbc_url(url: str) -> str:
     """
     if not isinstance(url, str) or not url.startswith("jdbc:"):
         raise ConfigurationError(
-            f"the JDBC URL must start with 'jdbc:' (given: {redact_jdbc_url(url)!r})"
+            "the JDBC URL must start with 'jdbc:' (the value given is not shown: it may hold a "
+            "password); check the connection's host or extra.jdbc_url"
         )
     found = find_credentials(url)
     if found is not None:
@@ -126,4 +128,6 @@ def redact_jdbc_url(url: object) -> str:
     text = unquote(url)  # shown decoded: an encoded secret ("pass%77ord=") is masked too
     text = _SECRET_VALUE.sub(lambda m: m.group(1) + _MASK, text)
     text = _ORACLE.sub(lambda m: m.group(1) + _MASK + "@", text)
-    return _USERINFO.sub("//" + _MASK + "@", text)
+    text = _USERINFO.sub("//" + _MASK + "@", text)
+    # Any other ``user/password@`` or ``user:password@`` a driver may take.
+    return _LOOSE_USERINFO.sub(lambda m: m.group(1) + _MASK + "@", text)

@@ -330,10 +330,14 @@ class LandingFilesSource:
                 "it, or re-freeze the batch on purpose (restate=True with restate_batch_key)",
             ) from None
         if st is None or not stat.S_ISREG(st.st_mode):
-            what = "outside the landing directory" if st is None else "not a regular file (a link?)"
+            what = (
+                f"resolves outside the landing directory {root} (a link, '..' or another root)"
+                if st is None
+                else f"is not a regular file of {root} (a link, a FIFO)"
+            )
             raise UnsafePathError(
                 label,
-                f"planned landing file {path!r} is {what} {root}; it was not read and nothing was "
+                f"planned landing file {path!r} {what}; it was not read and nothing was "
                 "committed. A link is never input: put the regular file back at that path, or "
                 "re-freeze the batch on purpose without it (restate=True with restate_batch_key)",
             )
