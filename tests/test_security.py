@@ -255,16 +255,13 @@ def test_urls_without_credentials_still_work_and_a_bad_prefix_is_not_echoed() ->
 
 
 @pytest.mark.airflow
-def test_a_connection_whose_url_carries_credentials_is_refused_and_specs_are_private(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, landing: str
+def test_a_connection_whose_url_carries_credentials_is_refused_without_echoing_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A ``jdbc`` connection whose host is ``jdbc:mysql://root:s3cret@db/shop`` was accepted on
-    960f2aa; and the submit spec ``<table>/_eod/specs/<attempt>.json`` and the driver's
-    ``.error.json`` were written 0644, readable by every user of a shared lake. Now the
-    connection is refused without echoing the URL, and both files are 0600."""
+    960f2aa (and the URL went into the plan log and the spec). Now it is refused, and the
+    error does not show the URL."""
     from airflow_eod.operators.jdbc_to_delta import JdbcToDeltaOperator
-    from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
-    from airflow_eod.spark import driver
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_SEC_MYSQL",
@@ -277,6 +274,17 @@ def test_a_connection_whose_url_carries_credentials_is_refused_and_specs_are_pri
     with pytest.raises(ConfigurationError) as info:
         op.build_source()
     assert SECRET not in str(info.value)
+
+
+@pytest.mark.airflow
+def test_submit_specs_and_driver_errors_are_written_0600(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, landing: str
+) -> None:
+    """On 960f2aa the submit spec ``<table>/_eod/specs/<attempt>.json`` (the source's URL,
+    table and layout) and the driver's ``.error.json`` were written with the umask's mode
+    (0644): readable by every user of a shared lake. Now both are 0600."""
+    from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
+    from airflow_eod.spark import driver
 
     # Submit mode, with a spark-submit that records the spec's mode and fails.
     bindir = tmp_path / "bin"
