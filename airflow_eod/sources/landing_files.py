@@ -322,7 +322,7 @@ class LandingFilesSource:
             and os.path.realpath(path).startswith(root.rstrip(os.sep) + os.sep)
         )
         try:
-            st = os.lstat(path) if inside else None
+            st = os.lstat(str(path)) if inside else None
         except FileNotFoundError:
             raise InputChangedError(
                 label,
