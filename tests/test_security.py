@@ -494,6 +494,14 @@ def test_links_inside_a_table_never_lead_reads_writes_or_removals_out_of_it(tmp_
     status = BatchStatus(key, 0, 0, 1, manifest, 1)
     assert remove_uncommitted_attempts(t4, status) == []
     assert _tree(outside) == before
+    # The control: a table_uri that is itself a link (a mount point) is the table's root,
+    # resolved once: its plan log is read and written as usual.
+    t5 = fresh("t5")
+    os.symlink(t5, str(tmp_path / "t5-link"))
+    via = PlanLog(str(tmp_path / "t5-link"), PIPELINE)
+    via.put_commit_record(key.key, 0, "id", {"x": 1})
+    assert via.commit_record(key.key, 0, "id") == {"x": 1}
+    assert bound_table_id(str(tmp_path / "t5-link")) == str(DeltaTable(t5).metadata().id)
 
 
 @pytest.mark.parametrize(
