@@ -102,12 +102,15 @@ class PlanLog:
         self.table_path = local_path(table_uri)
         self.root = os.path.join(self.table_path, META_DIR, "pipelines", pipeline_id)
         self._target_checked = False
+        # Directories of the plan log found to be no link, by this (short-lived) instance.
+        self._no_links: set[str] = set()
 
     # -- low level ---------------------------------------------------------------
     def _path(self, *parts: str) -> str:
         """A path in the plan log: every part one safe name (batch keys, table ids and names
         listed here come from the table's files), and no link leading out of the table."""
-        return under(self.table_path, META_DIR, "pipelines", self.pipeline_id, *parts, what="plan-log name")
+        root = (META_DIR, "pipelines", self.pipeline_id)
+        return under(self.table_path, *root, *parts, what="plan-log name", seen=self._no_links)
 
     def _check_target(self) -> None:
         """Refuse to write beside a directory that is neither a Delta table nor empty: a

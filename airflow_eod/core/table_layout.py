@@ -3,8 +3,10 @@ airflow-eod writes (the plan log, and one data directory per batch attempt)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import stat
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -66,13 +68,19 @@ def normalise(table_uri: str) -> str:
 _PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$")
 
 
+@functools.lru_cache(maxsize=4096)
+def _is_part(value: str) -> bool:
+    # The same few names (pipeline ids, batch keys, "_eod") are checked on every path built.
+    return _PART.match(value) is not None
+
+
 def path_part(value: object, what: str = "path component") -> str:
     """``value`` if it is one safe file name (see ``_PART``), else :class:`UnsafePathError`.
 
     :param value: a name read from a table, a plan log, a landing directory or a setting.
     :param what: what the value is, for the error (``table id``, ``attempt id``...).
     """
-    if not isinstance(value, str) or not _PART.match(value):
+    if not isinstance(value, str) or not _is_part(value):
         raise UnsafePathError(
             None,
             f"{what} {value!r} cannot name a file: airflow-eod builds paths only from names of "
@@ -90,7 +98,7 @@ def is_inside(path: str, root: str) -> bool:
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
-def under(root: str, *parts: str, what: str = "path component") -> str:
+def under(root: str, *parts: str, what: str = "path component", seen: set[str] | None = None) -> str:
     """``root`` joined with ``parts``, each checked by :func:`path_part`, and refused unless
     the result, with every link on the way resolved, stays under ``root``.
 
@@ -101,11 +109,31 @@ def under(root: str, *parts: str, what: str = "path component") -> str:
     :param root: the table root, or a directory airflow-eod owns inside it.
     :param parts: single names, in order.
     :param what: what the names are, for the error.
+    :param seen: directories already found to be no link by this caller (one ask or one
+        load builds several paths in the same directories): not looked at again.
     """
     for part in parts:
         path_part(part, what)
-    path = os.path.join(root, *parts)
-    if not is_inside(path, root):
+    base = root.rstrip(os.sep)
+    path = base + os.sep + os.sep.join(parts) if parts else root
+    # Plain names cannot climb, so only a link below the root can lead out: look for one
+    # (an lstat per existing component, not a realpath from "/" on every call: the ask
+    # builds several plan-log paths), and resolve the whole path only when there is one.
+    probe, linked = base, False
+    for part in parts:
+        probe = probe + os.sep + part
+        if seen is not None and probe in seen:
+            continue
+        try:
+            mode = os.lstat(probe).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            break  # nothing exists below a missing entry, so no link either
+        if stat.S_ISLNK(mode):
+            linked = True
+            break
+        if seen is not None and stat.S_ISDIR(mode):
+            seen.add(probe)
+    if linked and not is_inside(path, root):
         raise UnsafePathError(
             None,
             f"{path} resolves to {os.path.realpath(path)}, outside {root}: a link inside the "
