@@ -494,6 +494,14 @@ def test_links_inside_a_table_never_lead_reads_writes_or_removals_out_of_it(tmp_
     status = BatchStatus(key, 0, 0, 1, manifest, 1)
     assert remove_uncommitted_attempts(t4, status) == []
     assert _tree(outside) == before
+    # A commit whose manifest names a hostile attempt id: cleanup keeps everything, and says so
+    # (raising would fail every try of a batch that is committed).
+    os.remove(link)
+    os.makedirs(os.path.join(link, "g0-other"))
+    bad = Manifest(PIPELINE, key.key, 0, {}, "f", 0, 0, "../../x", engine="delta-rs")
+    hostile = BatchStatus(key, 0, 0, 1, bad, 1)
+    assert remove_uncommitted_attempts(t4, hostile) == []
+    assert os.path.isdir(os.path.join(link, "g0-other"))
     # The control: a table_uri that is itself a link (a mount point) is the table's root,
     # resolved once: its plan log is read and written as usual.
     t5 = fresh("t5")

@@ -33,11 +33,12 @@ def remove_uncommitted_attempts(
         # Without the manifest we cannot tell the committed attempt apart: keep everything.
         return []
     gen = status.committed_generation
-    keep = os.path.basename(attempt_dir(status.batch, gen, status.manifest.attempt_id))
     rel = batch_dir(status.batch)
-    # A batch directory that is a link (or sits behind one) leading out of the table is
-    # refused here, before it is listed: its g<gen>-* entries are someone else's.
     try:
+        # The committed attempt's id comes from the commit (table content): a hostile one
+        # is refused. A batch directory that is a link (or sits behind one) leading out of
+        # the table is refused too, before it is listed: its g<gen>-* entries are not ours.
+        keep = os.path.basename(attempt_dir(status.batch, gen, status.manifest.attempt_id))
         root = table_dir(table_uri, rel)
     except UnsafePathError as exc:
         # The batch committed; what cannot be cleaned safely is left, and said.
