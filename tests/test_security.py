@@ -502,6 +502,15 @@ def test_links_inside_a_table_never_lead_reads_writes_or_removals_out_of_it(tmp_
     hostile = BatchStatus(key, 0, 0, 1, bad, 1)
     assert remove_uncommitted_attempts(t4, hostile) == []
     assert os.path.isdir(os.path.join(link, "g0-other"))
+    # _delta_log is a link to another team's table log: neither read nor committed to.
+    theirs = fresh("theirs")
+    t6 = str(tmp_path / "t6")
+    os.makedirs(t6)
+    os.symlink(os.path.join(theirs, "_delta_log"), os.path.join(t6, "_delta_log"))
+    their_log = _tree(theirs)
+    with pytest.raises(UnsafePathError, match="_delta_log"):
+        ask(t6, key)
+    assert _tree(theirs) == their_log
     # The control: a table_uri that is itself a link (a mount point) is the table's root,
     # resolved once: its plan log is read and written as usual.
     t5 = fresh("t5")

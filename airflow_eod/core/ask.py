@@ -21,7 +21,7 @@ from airflow_eod.core.delta_log import TableLog, read_log
 from airflow_eod.core.errors import UnsafePathError, UnsupportedTableError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
-from airflow_eod.core.table_layout import DATA_DIR, META_DIR, local_path
+from airflow_eod.core.table_layout import DATA_DIR, META_DIR, local_path, under
 
 # What airflow-eod itself may have put in a table directory before the first commit.
 _OWN_ENTRIES = {META_DIR, DATA_DIR}
@@ -63,6 +63,9 @@ def open_table(table_uri: str) -> TableLog | None:
     someone else's.
     """
     path = local_path(table_uri)
+    # A _delta_log that is a link out of the table (to another team's table) is refused
+    # before it is read, or written: commits would land in the other table's log.
+    under(path, "_delta_log")
     table = read_log(path)
     if table is not None:
         return table
