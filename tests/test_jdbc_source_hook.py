@@ -42,6 +42,8 @@ def test_a_jdbc_connection_is_read_as_the_jdbc_provider_defines_it(monkeypatch: 
 
 
 def test_extra_jdbc_url_wins_and_a_connection_without_one_or_a_login_is_refused(monkeypatch: Any) -> None:
+    # A driver class from the extra needs the JDBC provider's gate (issue 18, item 28).
+    monkeypatch.setenv("AIRFLOW__PROVIDERS_JDBC__ALLOW_DRIVER_CLASS_IN_EXTRA", "True")
     hook = _conn(
         monkeypatch, "x_src", conn_type="postgres", host="h", login="u", password=PASSWORD,
         extra={"jdbc_url": "jdbc:postgresql://other:5433/db", "driver": "com.example.Driver"},

@@ -23,6 +23,7 @@ ENDS_AT_ONCE = {
     "SchemaMismatchError",
     "MalformedInputError",
     "InputChangedError",
+    "UnsafePathError",
     "RetentionWindowError",
     "UnsupportedTableError",
     "PlanLogError",

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit_record import CommitRecord, newest_record, record_at, repair_record
 from airflow_eod.core.delta_log import TableLog, read_log
-from airflow_eod.core.errors import UnsupportedTableError
+from airflow_eod.core.errors import UnsafePathError, UnsupportedTableError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
-from airflow_eod.core.table_layout import DATA_DIR, META_DIR, local_path
+from airflow_eod.core.table_layout import DATA_DIR, META_DIR, local_path, under
 
 # What airflow-eod itself may have put in a table directory before the first commit.
 _OWN_ENTRIES = {META_DIR, DATA_DIR}
@@ -63,6 +63,9 @@ def open_table(table_uri: str) -> TableLog | None:
     someone else's.
     """
     path = local_path(table_uri)
+    # A _delta_log that is a link out of the table (to another team's table) is refused
+    # before it is read, or written: commits would land in the other table's log.
+    under(path, "_delta_log")
     table = read_log(path)
     if table is not None:
         return table
@@ -94,6 +97,17 @@ def ask_table(table: TableLog | None, batch: BatchKey, generation: int = 0) -> B
     the commit that may follow are based on the same snapshot."""
     if table is None:
         return BatchStatus(batch, generation, None, None, None, None)
+    try:
+        return _ask(table, batch, generation)
+    except UnsafePathError as exc:
+        if exc.batch is not None:
+            raise
+        # The table's content (its metaData.id, a link in its plan log) is hostile: refused
+        # before anything is written, and the error names the batch.
+        raise UnsafePathError(batch.label, exc.cause) from None
+
+
+def _ask(table: TableLog, batch: BatchKey, generation: int) -> BatchStatus:
     plan_log = PlanLog(table.table_uri, batch.pipeline_id)
     marker = table.transaction_version(batch.app_id)
     record = newest_record(plan_log, table, batch)

@@ -31,7 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_eod.core import bounded_json
-from airflow_eod.core.table_layout import META_DIR
+from airflow_eod.core.errors import UnsafePathError
+from airflow_eod.core.table_layout import META_DIR, under
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,9 @@ def _identity(files: list[str]) -> str:
 
 
 def _index_dir(table_path: str, version: int, files: list[str]) -> str:
-    return os.path.join(table_path, META_DIR, _DIR, f"{version:020d}.{_identity(files)}")
+    # Refused (UnsafePathError) when a link in the table leads _eod/checkpoints out of it:
+    # old indexes are removed from there.
+    return under(table_path, META_DIR, _DIR, f"{version:020d}.{_identity(files)}")
 
 
 def _bucket_of(app_id: str, buckets: int) -> int:
@@ -168,7 +171,7 @@ def read_index(
     try:
         where = _index_dir(table_path, version, files)
         body = bounded_json.read(os.path.join(where, "index.json"))
-    except (OSError, ValueError):  # ValueError: not JSON, or out of bounds (bounded_json)
+    except (OSError, ValueError, UnsafePathError):  # ValueError: not JSON, or out of bounds
         return None
     if (
         not isinstance(body, dict)

@@ -13,8 +13,9 @@ import os
 import shutil
 
 from airflow_eod.core.ask import BatchStatus
+from airflow_eod.core.errors import UnsafePathError
 from airflow_eod.core.faults import fault_point
-from airflow_eod.core.table_layout import attempt_dir, batch_dir, local_path
+from airflow_eod.core.table_layout import attempt_dir, batch_dir, table_dir
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +33,37 @@ def remove_uncommitted_attempts(
         # Without the manifest we cannot tell the committed attempt apart: keep everything.
         return []
     gen = status.committed_generation
-    keep = os.path.basename(attempt_dir(status.batch, gen, status.manifest.attempt_id))
-    root = os.path.join(local_path(table_uri), batch_dir(status.batch))
+    rel = batch_dir(status.batch)
+    try:
+        # The committed attempt's id comes from the commit (table content): a hostile one
+        # is refused. A batch directory that is a link (or sits behind one) leading out of
+        # the table is refused too, before it is listed: its g<gen>-* entries are not ours.
+        keep = os.path.basename(attempt_dir(status.batch, gen, status.manifest.attempt_id))
+        root = table_dir(table_uri, rel)
+    except UnsafePathError as exc:
+        # The batch committed; what cannot be cleaned safely is left, and said.
+        log.warning("batch %s: not cleaning up: %s", status.batch, exc.cause)
+        return []
     removed: list[str] = []
     try:
-        entries = os.listdir(root)
+        entries = list(os.scandir(root))
     except FileNotFoundError:
         return removed
-    for name in entries:
-        if name.startswith(f"g{gen}-") and name != keep:
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-            fault_point("in_cleanup", try_number=try_number)
-            removed.append(f"{batch_dir(status.batch)}/{name}")
+    for entry in entries:
+        if not entry.name.startswith(f"g{gen}-") or entry.name == keep:
+            continue
+        if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+            # Never followed: a link is removed itself, its target is left alone. Nothing
+            # else here is an attempt's directory, and nothing else is ours to remove.
+            if entry.is_symlink():
+                log.warning("batch %s: removing link %s/%s, not its target", status.batch, rel, entry.name)
+                os.unlink(entry.path)
+                removed.append(f"{rel}/{entry.name}")
+            continue
+        # rmtree does not follow links below it either (and refuses a link at its top).
+        shutil.rmtree(entry.path, ignore_errors=True)
+        fault_point("in_cleanup", try_number=try_number)
+        removed.append(f"{rel}/{entry.name}")
     if removed:
         log.info("batch %s: removed %d uncommitted attempt dir(s)", status.batch, len(removed))
     return removed

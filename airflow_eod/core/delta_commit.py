@@ -31,6 +31,7 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.checkpoint_index import index_after_checkpoint
 from airflow_eod.core.delta_log import TableLog, checkpoint_path, commit_path, read_checkpoint_markers
 from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.table_layout import under
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,7 @@ def write_commit(
     actions += [_remove(r, now) for r in removes]
     actions.append({"txn": {"appId": batch.app_id, "version": generation, "lastUpdated": now}})
     target = commit_path(table.path, table.version() + 1)
+    under(table.path, "_delta_log", os.path.basename(target))  # never through a link out
     return put_if_absent(target, "\n".join(json.dumps(a) for a in actions) + "\n")
 
 

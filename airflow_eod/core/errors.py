@@ -82,6 +82,15 @@ class BatchRefusedError(BatchError):
     retryable = False
 
 
+class UnsafePathError(BatchError):
+    """A value from a table, a plan log, a landing directory or a connection would make
+    airflow-eod read, write or remove something outside the table or the landing directory
+    (a hostile id, ``..``, an absolute path, a link leading out: invariant I11). Nothing was
+    read, written or removed there; the way out is to remove what planted the value."""
+
+    retryable = False
+
+
 class CorruptRecordError(PlanLogError):
     """A durable commit record says a batch landed where the table says it did not."""
 

@@ -36,9 +36,9 @@ from typing import Any
 from airflow_eod.core import bounded_json
 from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey, fingerprint, validate_pipeline_id
-from airflow_eod.core.errors import PlanLogError
+from airflow_eod.core.errors import PlanLogError, UnsafePathError
 from airflow_eod.core.table_binding import bound_table_id, check_table_identity
-from airflow_eod.core.table_layout import META_DIR, local_path
+from airflow_eod.core.table_layout import META_DIR, local_path, path_part, under
 
 PLAN_FORMAT = 1
 INTERVAL = "interval"
@@ -81,6 +81,14 @@ class Plan:
         return fingerprint({"boundary": self.boundary, "inputs": self.inputs})
 
 
+def _is_name(name: str) -> bool:
+    try:
+        path_part(name)
+    except UnsafePathError:
+        return False
+    return True
+
+
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -97,10 +105,15 @@ class PlanLog:
         self.table_path = local_path(table_uri)
         self.root = os.path.join(self.table_path, META_DIR, "pipelines", pipeline_id)
         self._target_checked = False
+        # Directories of the plan log found to be no link, by this (short-lived) instance.
+        self._no_links: set[str] = set()
 
     # -- low level ---------------------------------------------------------------
     def _path(self, *parts: str) -> str:
-        return os.path.join(self.root, *parts)
+        """A path in the plan log: every part one safe name (batch keys, table ids and names
+        listed here come from the table's files), and no link leading out of the table."""
+        root = (META_DIR, "pipelines", self.pipeline_id)
+        return under(self.table_path, *root, *parts, what="plan-log name", seen=self._no_links)
 
     def _check_target(self) -> None:
         """Refuse to write beside a directory that is neither a Delta table nor empty: a
@@ -385,46 +398,51 @@ class PlanLog:
         return claim
 
     # -- durable commit records --------------------------------------------------
-    def _record_dir(self, batch_key: str) -> str:
+    def record_dir(self, batch_key: str) -> str:
         return self._path("batches", batch_key)
 
     @staticmethod
     def _record_name(generation: int, table_id: str) -> str:
         # The table id is in the name: a table re-created at the same path gets records of
-        # its own instead of finding the old table's in a write-once slot.
-        return f"g{generation}.{table_id}.json"
+        # its own instead of finding the old table's in a write-once slot. It is the table's
+        # metaData.id, written by whoever created the table: one safe name, or refused.
+        return f"g{int(generation)}.{path_part(table_id, 'table id (metaData.id)')}.json"
 
     def put_commit_record(self, batch_key: str, generation: int, table_id: str, body: dict[str, Any]) -> None:
         """Store the commit record of ``batch_key`` at ``generation`` in table ``table_id``
         (first writer wins: every writer describes the same commit)."""
-        self._put_if_absent(
-            os.path.join(self._record_dir(batch_key), self._record_name(generation, table_id)), body
-        )
+        self._put_if_absent(self.commit_record_path(batch_key, generation, table_id), body)
 
     def newest_commit_record(self, batch_key: str, table_id: str) -> dict[str, Any] | None:
         """The commit record of the newest generation recorded for ``batch_key`` in table
         ``table_id``, or ``None``."""
+        suffix = f".{path_part(table_id, 'table id (metaData.id)')}.json"
         try:
-            names = os.listdir(self._record_dir(batch_key))
+            names = os.listdir(self.record_dir(batch_key))
         except FileNotFoundError:
             return None
-        suffix = f".{table_id}.json"
-        gens = [int(n[1 : -len(suffix)]) for n in names if n.startswith("g") and n.endswith(suffix)]
+        gens = [
+            int(n[1 : -len(suffix)])
+            for n in names
+            if n.startswith("g") and n.endswith(suffix) and n[1 : -len(suffix)].isdigit()
+        ]
         return self.commit_record(batch_key, max(gens), table_id) if gens else None
 
     def commit_record_path(self, batch_key: str, generation: int, table_id: str) -> str:
-        return os.path.join(self._record_dir(batch_key), self._record_name(generation, table_id))
+        return self._path("batches", batch_key, self._record_name(generation, table_id))
 
     def commit_record(self, batch_key: str, generation: int, table_id: str) -> dict[str, Any] | None:
         """The commit record of ``batch_key`` at ``generation`` in table ``table_id``, or ``None``."""
-        return self._read(os.path.join(self._record_dir(batch_key), self._record_name(generation, table_id)))
+        return self._read(self.commit_record_path(batch_key, generation, table_id))
 
     def recorded_batches(self) -> list[str]:
-        """Every batch key with a commit record (for status reports, not for the ask)."""
+        """Every batch key with a commit record (for status reports, not for the ask). A name
+        airflow-eod never writes there (another writer's) is no batch key, and is passed over."""
         try:
-            return sorted(os.listdir(self._path("batches")))
+            names = os.listdir(self._path("batches"))
         except FileNotFoundError:
             return []
+        return sorted(n for n in names if _is_name(n))
 
     def boundary_kinds(self) -> set[str]:
         """Which kinds of plans (``interval``, ``offsets``) this pipeline has stored."""

@@ -20,7 +20,7 @@ import re
 
 from airflow_eod.core.ask import BatchStatus
 from airflow_eod.core.batch import BatchKey, fingerprint
-from airflow_eod.core.table_layout import META_DIR, local_path
+from airflow_eod.core.table_layout import META_DIR, local_path, under
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,9 @@ def spec_path(table_uri: str, batch: BatchKey, generation: int, attempt_id: str)
     directory is made if needed."""
     spec_dir = os.path.join(local_path(table_uri), SPECS_DIR)
     os.makedirs(spec_dir, exist_ok=True)
-    return os.path.join(spec_dir, f"{_batch_tag(batch)}-g{generation}-{attempt_id}.json")
+    # Checked join: the attempt id ends up in a file name, and no link may lead it out.
+    name = f"{_batch_tag(batch)}-g{generation}-{attempt_id}.json"
+    return under(local_path(table_uri), *SPECS_DIR.split(os.sep), name)
 
 
 def remove_decided_specs(table_uri: str, status: BatchStatus) -> list[str]:

@@ -10,7 +10,7 @@ from airflow_eod.core import bounded_json
 from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.delta_log import read_log
 from airflow_eod.core.errors import PlanLogError, UnsupportedTableError
-from airflow_eod.core.table_layout import META_DIR
+from airflow_eod.core.table_layout import META_DIR, under
 
 _TABLE_ID_FILE = "table.json"
 
@@ -19,7 +19,7 @@ def bound_table_id(table_path: str) -> str | None:
     """The id of the table the plan log beside ``table_path`` is bound to, if any."""
     path = os.path.join(table_path, META_DIR, _TABLE_ID_FILE)
     try:
-        body = bounded_json.read(path)
+        body = bounded_json.read(under(table_path, META_DIR, _TABLE_ID_FILE))
     except FileNotFoundError:
         return None
     except (ValueError, IsADirectoryError) as exc:  # not JSON, or out of bounds (bounded_json)
@@ -40,7 +40,7 @@ def check_table_identity(table_path: str, table_id: str | None) -> None:
     its older offset batches counted as loaded (lost), and a deleted table would have them
     all. The first commit's table id is written once; a different one is refused.
     """
-    path = os.path.join(table_path, META_DIR, _TABLE_ID_FILE)
+    path = under(table_path, META_DIR, _TABLE_ID_FILE)  # never through a link out of the table
     bound = bound_table_id(table_path)
     if bound is None:
         if table_id is not None:

@@ -29,10 +29,10 @@ from deltalake import DeltaTable
 
 from airflow_eod.core import bounded_json
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import CorruptTableError, EodError
+from airflow_eod.core.errors import CorruptTableError, EodError, UnsafePathError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import Plan, PlanLog
-from airflow_eod.core.table_layout import DATA_DIR, META_DIR
+from airflow_eod.core.table_layout import DATA_DIR, META_DIR, path_part
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
@@ -334,9 +334,24 @@ class PlanLogFacts:
 
 
 def _records(plan_log: PlanLog, table_path: str, table_id: str, out: PlanLogFacts) -> None:
+    try:
+        path_part(table_id, "table id (metaData.id)")
+    except UnsafePathError as exc:
+        # No record was ever written under such a name: say so once, read nothing.
+        out.unreadable.append((os.path.relpath(plan_log.root, table_path), str(exc)))
+        return
     suffix = f".{table_id}.json"
-    for key in plan_log.recorded_batches():
-        folder = os.path.join(plan_log.root, "batches", key)
+    try:
+        keys = plan_log.recorded_batches()
+    except UnsafePathError as exc:  # the plan log's batches/ is a link leading out
+        out.unreadable.append((os.path.relpath(plan_log.root, table_path), str(exc)))
+        return
+    for key in keys:
+        try:
+            folder = plan_log.record_dir(key)
+        except UnsafePathError as exc:  # a link leading out of the table
+            out.unreadable.append((os.path.relpath(plan_log.root, table_path), str(exc)))
+            continue
         names = os.listdir(folder) if os.path.isdir(folder) else []
         gens = [n[1 : -len(suffix)] for n in names if n.startswith("g") and n.endswith(suffix)]
         for gen in sorted(int(g) for g in gens if g.isdigit()):

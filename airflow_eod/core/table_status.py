@@ -12,7 +12,7 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.delta_log import TableLog
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
-from airflow_eod.core.table_layout import META_DIR, local_path
+from airflow_eod.core.table_layout import META_DIR, local_path, under
 
 
 @dataclass
@@ -68,7 +68,7 @@ def _known_keys(table_uri: str) -> dict[str, set[str]]:
         log = PlanLog(table_uri, pipeline)
         newest = log.newest_offset_seq()
         keys = {log.get_offset_plan(s).batch_key for s in range(newest + 1 if newest is not None else 0)}
-        idir = os.path.join(log.root, "intervals")
+        idir = under(log.table_path, META_DIR, "pipelines", pipeline, "intervals")
         if os.path.isdir(idir):
             keys |= {n[:-5] for n in os.listdir(idir) if n.endswith(".json") and ".g" not in n}
         keys |= set(log.recorded_batches())

@@ -100,12 +100,17 @@ def read_rows_by_log(table_uri: str, columns: list[str]) -> list[tuple[Any, ...]
 def read_landing_rows(
     directory: str, file_format: str, columns: list[str], schema: pa.Schema | None = None
 ) -> list[tuple[Any, ...]]:
-    """Every row of every data file in a landing directory (read with pyarrow)."""
+    """Every row of every data file in a landing directory (read with pyarrow). As for the
+    landing source, links and anything but regular files are not input."""
     tables = []
+    real_root = os.path.realpath(directory)
     for path in sorted(glob.glob(os.path.join(directory, "**", "*"), recursive=True)):
         name = os.path.basename(path)
         if os.path.isdir(path) or name.startswith(("_", ".")):
             continue
+        rel = os.path.relpath(path, directory)
+        if os.path.realpath(path) != os.path.join(real_root, rel) or not os.path.isfile(path):
+            continue  # a link (or a file reached through one), a FIFO: never loaded
         if file_format == "csv":
             opts = pacsv.ConvertOptions(column_types=schema) if schema is not None else None
             tables.append(pacsv.read_csv(path, convert_options=opts))

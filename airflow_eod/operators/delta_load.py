@@ -20,6 +20,7 @@ from airflow.sdk import Asset, BaseOperator
 
 from airflow_eod.airflow_exceptions import ending_at_once
 from airflow_eod.core import spec_files
+from airflow_eod.core.atomic_file import write_private
 from airflow_eod.core.catch_up import CatchUpResult, load_batches
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, decide_submitted, load_batch
@@ -430,8 +431,7 @@ class BaseDeltaLoadOperator(BaseOperator):
         # Its name says whose it is: the settle step of a committed batch removes the specs a
         # SIGKILLed task left behind (airflow_eod.core.spec_files).
         spec_path = spec_file_path(self.table_uri, frozen.plan.key, spec.generation, spec.attempt_id)
-        with open(spec_path, "w") as fh:
-            fh.write(spec.to_json())
+        write_private(spec_path, spec.to_json())  # 0600: no other user reads what it names
         secrets: dict[str, str] = {}
         if credentials is not None:
             from airflow.sdk.log import mask_secret

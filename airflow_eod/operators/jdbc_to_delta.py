@@ -38,7 +38,7 @@ class JdbcToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator):
     :param jdbc_conn_id: an Airflow connection, read by
         :class:`~airflow_eod.hooks.jdbc_source.JdbcSourceHook`: ``postgres`` (host, port,
         schema: the database, login, password) or ``jdbc`` (host: the JDBC URL, login,
-        password, ``extra.driver_class``); ``extra`` may hold ``jdbc_url`` and ``driver``.
+        password); ``extra`` may hold ``jdbc_url``.
     :param source_table: the table to read, optionally schema-qualified (templated).
     :param key_column: the monotonic key column (integer id or timestamp).
     :param key_type: ``integer`` or ``timestamp``.
@@ -51,6 +51,9 @@ class JdbcToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator):
     :param null_keys: rows whose key is NULL are loaded by no batch; planning counts them:
         ``warn`` (default: a warning in the task log, and ``null_key_rows`` on the result)
         or ``fail`` (:class:`~airflow_eod.core.errors.NullKeyError`, ends the task at once).
+    :param driver: the JDBC driver class (default ``org.postgresql.Driver``). A connection's
+        ``extra.driver_class`` is used only where Airflow's ``[providers.jdbc]
+        allow_driver_class_in_extra`` is on (see :class:`~airflow_eod.hooks.jdbc_source.JdbcSourceHook`).
     """
 
     template_fields: Sequence[str] = (*BaseDeltaLoadOperator.template_fields, "source_table")
@@ -67,6 +70,7 @@ class JdbcToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator):
         num_partitions: int = 1,
         boundary: Boundary = "offsets",
         null_keys: NullKeys = "warn",
+        driver: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -85,13 +89,14 @@ class JdbcToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator):
         self.num_partitions = num_partitions
         self.boundary = boundary
         self.null_keys = null_keys
+        self.driver = driver
         # A DAG whose runs all get zero-length intervals is refused now, not at run time.
         check_interval_timetable(self, self.get_dag())
 
     @cached_property
     def hook(self) -> JdbcSourceHook:
         """The hook that owns the connection (fetched once per task)."""
-        return JdbcSourceHook(jdbc_conn_id=self.jdbc_conn_id)
+        return JdbcSourceHook(jdbc_conn_id=self.jdbc_conn_id, driver=self.driver)
 
     def build_source(self) -> JdbcIncrementalSource:
         return JdbcIncrementalSource(

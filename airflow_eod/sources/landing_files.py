@@ -13,12 +13,13 @@ import fnmatch
 import logging
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
+from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError, UnsafePathError
 from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.options import BOUNDARIES, FORMATS, choice
 from airflow_eod.core.plan_log import Plan, PlanLog
@@ -110,17 +111,22 @@ class LandingFilesSource:
     ) -> list[dict[str, Any]]:
         """Every candidate file now, oldest first (mtime, then path), except those in ``skip``.
 
-        A file is identified by its canonical path: the same file reached through a symlink
-        is the same file, and a file moved or copied to another path is a new one (as in
-        Auto Loader and COPY INTO). Files in ``skip`` (loaded already) are not even stat'ed:
-        a landing directory that keeps its old files costs a directory read per planning,
-        not a stat per file ever delivered. Like ``os.walk``, symlinked directories are not
-        entered.
+        A file is identified by its canonical path, and a file moved or copied to another
+        path is a new one (as in Auto Loader and COPY INTO). Files in ``skip`` (loaded
+        already) are not even stat'ed: a landing directory that keeps its old files costs a
+        directory read per planning, not a stat per file ever delivered.
+
+        Links are never followed (invariant I11): a symlink, to a file or a directory, inside
+        or outside the landing directory, is not input, and neither is anything but a regular
+        file (a FIFO would block the read for ever). Each is skipped with a warning naming it,
+        rather than failing the batch: whoever can drop a file into the directory could
+        otherwise stop the pipeline with one link.
         """
         root = self.root
         if not os.path.isdir(root):
             raise BatchError(label, f"landing directory {root} does not exist (a missing source)")
         found: dict[str, dict[str, Any]] = {}
+        passed: list[str] = []  # links and special files: never input
         matches = re.compile(fnmatch.translate(self.pattern)).match  # one compile, not one per name
         pending = [root]
         while pending:
@@ -131,21 +137,40 @@ class LandingFilesSource:
             for entry in entries:
                 if entry.name.startswith(("_", ".")):
                     continue
-                if entry.is_dir():
-                    if not entry.is_symlink():
-                        pending.append(entry.path)
+                try:
+                    link = entry.is_symlink()
+                    is_dir = not link and entry.is_dir(follow_symlinks=False)
+                    is_file = not link and entry.is_file(follow_symlinks=False)
+                except OSError:  # removed while listing
+                    continue
+                if is_dir:
+                    pending.append(entry.path)
+                    continue
+                if not is_file:
+                    if link or matches(entry.name):
+                        passed.append(entry.path)
                     continue
                 if not matches(entry.name):
                     continue
-                # Below a canonical root, only a symlink's path differs from the file's own.
-                full = os.path.realpath(entry.path) if entry.is_symlink() else entry.path
+                full = entry.path  # below a canonical root, and no link on the way
                 if full in skip or full in found:
                     continue
                 try:
-                    st = os.stat(full)
-                except FileNotFoundError:  # a dangling link, or a file removed while listing
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # removed while listing
                     continue
                 found[full] = {"path": full, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        if passed:
+            passed.sort()
+            log.warning(
+                "%slanding directory %s holds %d link(s) or special file(s), which are never read: %s%s. "
+                "Deliver regular files (a link is not input)",
+                f"batch {label}: " if label else "",
+                root,
+                len(passed),
+                ", ".join(passed[:5]),
+                " ..." if len(passed) > 5 else "",
+            )
         return sorted(found.values(), key=lambda f: (f["mtime_ns"], f["path"]))
 
     def _next_offsets(self, history: OffsetHistory) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
@@ -242,18 +267,19 @@ class LandingFilesSource:
             for entry in planned:
                 try:
                     inputs.append(self._stat(entry, plan.key.label))
-                except InputChangedError as exc:
+                except (InputChangedError, UnsafePathError) as exc:
                     if committed:
                         # The usual way out ("re-freeze it") is what is running: say the real one.
                         raise InputChangedError(
                             plan.key.label,
                             f"restating generation {plan.generation} needs every file the batch loaded, "
-                            f"and {entry['path']} is gone; nothing was committed. A committed batch is "
+                            f"and {entry['path']} is gone (or is no longer a regular file inside "
+                            f"{self.root}); nothing was committed. A committed batch is "
                             "never restated without one of its files, since its rows would silently go: "
                             "restore the file (any corrected content) and run the restatement again "
                             "(see the runbook, 'Restating a batch')",
                         ) from exc
-                    log.warning("batch %s: re-freezing without %s, which is gone", plan.key, entry["path"])
+                    log.warning("batch %s: re-freezing without %s: %s", plan.key, entry["path"], exc.cause)
                     dropped.append(entry["path"])
         if dropped:
             # The commit refuses to swap out a generation that landed meanwhile holding them.
@@ -281,16 +307,40 @@ class LandingFilesSource:
                     f"{refreeze_hint(plan.pipeline_id, plan.batch_key)} (see the runbook)",
                 )
 
-    @staticmethod
-    def _stat(entry: dict[str, Any], label: str) -> dict[str, Any]:
-        """The file's entry as it is now; a planned file that is gone fails the batch."""
+    def _stat(self, entry: dict[str, Any], label: str) -> dict[str, Any]:
+        """The file's entry as it is now; a planned file that is gone fails the batch.
+
+        The path comes from the plan log, which whoever controls the table's files can write:
+        it is read only if it is a regular file, not a link, inside the landing directory
+        (invariant I11). Otherwise :class:`UnsafePathError`, and nothing is read.
+        """
+        path = entry.get("path")
+        root = self.root
+        inside = (
+            isinstance(path, str)
+            and "\0" not in path
+            and os.path.isabs(path)
+            and os.path.realpath(path).startswith(root.rstrip(os.sep) + os.sep)
+        )
         try:
-            st = os.stat(entry["path"])
+            st = os.lstat(str(path)) if inside else None
         except FileNotFoundError:
             pipeline, _, key = label.rpartition("/")
             raise InputChangedError(
                 label,
-                f"landing file {entry['path']} was planned but is gone; nothing was committed. Restore "
+                f"landing file {path} was planned but is gone; nothing was committed. Restore "
                 f"it, or re-freeze the batch on purpose without it: {refreeze_hint(pipeline, key)}",
             ) from None
-        return {"path": entry["path"], "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        if st is None or not stat.S_ISREG(st.st_mode):
+            what = (
+                f"resolves outside the landing directory {root} (a link, '..' or another root)"
+                if st is None
+                else f"is not a regular file of {root} (a link, a FIFO)"
+            )
+            raise UnsafePathError(
+                label,
+                f"planned landing file {path!r} {what}; it was not read and nothing was "
+                "committed. A link is never input: put the regular file back at that path, or "
+                "re-freeze the batch on purpose without it (restate=True with restate_batch_key)",
+            )
+        return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}

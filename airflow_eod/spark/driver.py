@@ -60,9 +60,10 @@ def write_error(spec_path: str, exc: BaseException, batch: str | None = None) ->
         "batch": exc.batch if isinstance(exc, BatchError) else batch,
         "cause": exc.cause if isinstance(exc, BatchError) else cause_of(exc),
     }
+    from airflow_eod.core.atomic_file import write_private
+
     try:
-        with open(error_path(spec_path), "w") as fh:
-            json.dump(data, fh)
+        write_private(error_path(spec_path), json.dumps(data))
     except OSError:
         pass  # the operator then reports spark-submit's own error
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import replace
@@ -19,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 from airflow_eod.core.ask import BatchStatus, ask, ask_table, open_table
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import commit_batch
-from airflow_eod.core.errors import BatchError, ConfigurationError, EodError, MalformedInputError
+from airflow_eod.core.errors import (
+    BatchError,
+    ConfigurationError,
+    EodError,
+    MalformedInputError,
+    UnsafePathError,
+)
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.load_flow import FrozenBatch
 from airflow_eod.core.manifest import Manifest
@@ -33,7 +38,7 @@ from airflow_eod.core.result import (
 )
 from airflow_eod.core.retention import check_retention
 from airflow_eod.core.spec_files import remove_decided_specs
-from airflow_eod.core.table_layout import attempt_dir, local_path
+from airflow_eod.core.table_layout import attempt_dir, table_dir
 from airflow_eod.sources import Credentials, ReadContext, Source
 from airflow_eod.spark import jvm_log
 from airflow_eod.spark.bad_records import MalformedSplit, single_pass, split_malformed
@@ -121,8 +126,12 @@ def _write(
             # What the failed write's tasks left goes now: only this attempt writes its
             # directory and nothing will commit it, and a refused batch may never reach the
             # batch's cleanup.
-            where = attempt_dir(batch, spec.generation, spec.attempt_id)
-            shutil.rmtree(os.path.join(local_path(spec.table_uri), where), ignore_errors=True)
+            try:
+                where = table_dir(spec.table_uri, attempt_dir(batch, spec.generation, spec.attempt_id))
+            except UnsafePathError:
+                pass  # a link leads out of the table: nothing was written there, nothing is removed
+            else:
+                shutil.rmtree(where, ignore_errors=True)
             try:
                 split.explain_failure(exc)  # malformed records stopped a FAILFAST write: say which
             except MalformedInputError:

@@ -15,7 +15,7 @@ from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.options import ENGINES, SCHEMA_POLICIES, choice
 from airflow_eod.core.plan_log import Plan
 from airflow_eod.core.table_compat import SCHEMA_FAIL
-from airflow_eod.core.table_layout import normalise
+from airflow_eod.core.table_layout import normalise, path_part
 
 if TYPE_CHECKING:
     from airflow_eod.core.load_flow import FrozenBatch
@@ -66,6 +66,7 @@ class LoadSpec:
             raise ConfigurationError("quarantine_table_uri must be another table than table_uri")
         if not self.attempt_id:
             self.attempt_id = uuid.uuid4().hex[:16]
+        path_part(self.attempt_id, "attempt id")  # it names the attempt's directory and spec
 
     @classmethod
     def for_batch(cls, table_uri: str, frozen: FrozenBatch, source: Source, **settings: Any) -> LoadSpec:

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import BatchRefusedError
+from airflow_eod.core.errors import BatchRefusedError, UnsafePathError
 from airflow_eod.core.parquet_stats import file_stats
 from airflow_eod.core.staged_files import StagedBatch, StagedFile
-from airflow_eod.core.table_layout import attempt_dir, local_path
+from airflow_eod.core.table_layout import attempt_dir, local_path, table_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -51,7 +51,11 @@ def stage_dataframe(
     _check_partitions(df, partition_by, batch.label)
     root = local_path(table_uri)
     rel_dir = attempt_dir(batch, generation, attempt_id)
-    out = os.path.join(root, rel_dir)
+    try:
+        # Refused if a link in the table leads the attempt's directory out of it.
+        out = table_dir(table_uri, rel_dir)
+    except UnsafePathError as exc:
+        raise UnsafePathError(batch.label, f"{exc.cause}; nothing was written") from None
     writer = df.write.mode("errorifexists").format("parquet")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
