@@ -79,7 +79,9 @@ def _load_interval(spark: Any, pg: Any, table: str, source: JdbcIncrementalSourc
 
 
 def _interval_source(cls: type[JdbcIncrementalSource], pg: Any, name: str) -> JdbcIncrementalSource:
-    return cls(url=pg.jdbc_url, table=name, key_column="created_at", key_type="timestamp", boundary="interval")
+    return cls(
+        url=pg.jdbc_url, table=name, key_column="created_at", key_type="timestamp", boundary="interval"
+    )
 
 
 @pytest.mark.spark
