@@ -1,7 +1,7 @@
 """Adversarial review of issue 18 (main at 7b309d0): defects reproduced against the new JDBC
 overlap index, the content fingerprint, catch-up and the conf restatement.
 
-Each test fails on 7b309d0 and is marked ``xfail(strict=True)`` so the branch stays green: a
+Each test failed on 7b309d0 (then marked ``xfail(strict=True)``) and passes since the fixes: a
 fix turns it into an XPASS, which fails the run until the mark is removed. Real PostgreSQL,
 real Spark, real Delta tables where data is loaded, checked row by row against the source.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -26,7 +27,7 @@ from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.result import LoadResult
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.load_job import local_run
-from tests.jdbc_helpers import check_against_postgres, create_orders
+from tests.jdbc_helpers import create_orders
 
 pytestmark = [pytest.mark.guarantee]
 
@@ -86,11 +87,6 @@ def _interval_source(cls: type[JdbcIncrementalSource], pg: Any, name: str) -> Jd
 
 @pytest.mark.spark
 @pytest.mark.jdbc
-@pytest.mark.xfail(
-    strict=True,
-    reason="what Spark read is never compared with the frozen count: a row missing from the "
-    "read is committed as the batch when the source looks the same at both checks",
-)
 def test_a_row_deleted_and_reinserted_around_the_read_is_lost_under_a_committed_batch(
     spark: Any, postgres: Any, table: str
 ) -> None:
@@ -114,26 +110,18 @@ def test_a_row_deleted_and_reinserted_around_the_read_is_lost_under_a_committed_
             "INSERT INTO adv_refresh (id, customer, amount, created_at) VALUES (%s, %s, %s, %s)", row
         ),
     ]
-    try:
-        result = _load_interval(spark, postgres, table, src, "d1", _days(0, 1))
-        committed = (result.outcome, result.rows)
-    except InputChangedError:
-        committed = None  # what a fix may do: refuse, nothing committed
-    assert not _BETWEEN_CHECKS, "the writer's statements both ran"
-    if committed is None:
-        assert _version(table) is None
-        return
-    cmp = check_against_postgres(postgres, "adv_refresh", table, "created_at < '2025-01-02'")
-    assert cmp.exact, f"batch committed as {committed}: {cmp.describe()}"
+    # Fixed: what Spark read is kept and held to the frozen count and fingerprint.
+    with pytest.raises(InputChangedError, match="Spark read 7 rows"):
+        _load_interval(spark, postgres, table, src, "d1", _days(0, 1))
+    # The writer's first statement landed after the check before the read; the read's own
+    # check refused the batch before the second one had its turn.
+    assert len(_BETWEEN_CHECKS) == 1, "the change landed between the check and the read"
+    _BETWEEN_CHECKS.clear()
+    assert _version(table) is None, "nothing was committed"
 
 
 @pytest.mark.spark
 @pytest.mark.jdbc
-@pytest.mark.xfail(
-    strict=True,
-    reason="the fingerprint is taken before and after the read, not of what was read: an UPDATE "
-    "undone between the two checks commits the value Spark read",
-)
 def test_an_update_undone_between_the_two_checks_commits_a_value_the_frozen_range_never_held(
     spark: Any, postgres: Any, table: str
 ) -> None:
@@ -142,8 +130,7 @@ def test_an_update_undone_between_the_two_checks_commits_a_value_the_frozen_rang
     the commit. Spark read the updated amount; both checks see the frozen content; the batch
     commits ``amount = 1000.50`` for a row that holds ``0.50`` at planning, at both checks
     and forever after. Issue 18 item 2 asks that "the rows Spark reads for a batch are
-    provably the rows frozen at planning"; they are not. This residual is documented in
-    docs/sources/jdbc.md ("What remains"); pinned here because it contradicts the issue."""
+    provably the rows frozen at planning"; they were not."""
     create_orders(postgres, "adv_aba")
     _rows(postgres, "adv_aba", 16)
     src = _interval_source(_ConcurrentWriter, postgres, "adv_aba")
@@ -151,17 +138,15 @@ def test_an_update_undone_between_the_two_checks_commits_a_value_the_frozen_rang
         lambda: postgres.execute("UPDATE adv_aba SET amount = amount + 1000 WHERE id = 3"),
         lambda: postgres.execute("UPDATE adv_aba SET amount = amount - 1000 WHERE id = 3"),
     ]
-    try:
-        result = _load_interval(spark, postgres, table, src, "d1", _days(0, 1))
-        committed = (result.outcome, result.rows)
-    except InputChangedError:
-        committed = None
-    assert not _BETWEEN_CHECKS, "the writer's statements both ran"
-    if committed is None:
-        assert _version(table) is None
-        return
-    cmp = check_against_postgres(postgres, "adv_aba", table, "created_at < '2025-01-02'")
-    assert cmp.exact, f"batch committed as {committed}: {cmp.describe()}"
+    # Fixed: each row's hash is computed by the database as Spark reads it, and their sum is
+    # held to the frozen fingerprint.
+    with pytest.raises(InputChangedError, match="Spark read the planned 8 rows with other content"):
+        _load_interval(spark, postgres, table, src, "d1", _days(0, 1))
+    # The writer's first statement landed after the check before the read; the read's own
+    # check refused the batch before the second one had its turn.
+    assert len(_BETWEEN_CHECKS) == 1, "the change landed between the check and the read"
+    _BETWEEN_CHECKS.clear()
+    assert _version(table) is None, "nothing was committed"
 
 
 # -- the interval index --------------------------------------------------------------------
@@ -178,11 +163,6 @@ def _freeze(plan_log: PlanLog, start: dt.datetime, end: dt.datetime) -> Plan:
     )  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a registration left by a planner that died, of an interval that overlaps a frozen "
-    "one, blocks its neighbours forever: the documented way out (run that interval again) is refused",
-)
 def test_a_planner_killed_between_registering_and_checking_wedges_the_next_day(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,11 +203,6 @@ def test_a_planner_killed_between_registering_and_checking_wedges_the_next_day(
     not os.environ.get("EOD_DELTA_SPARK_JARS"),
     reason="the Delta Spark jars are not available here (no Maven access); set EOD_DELTA_SPARK_JARS",
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine='delta-spark' commits inside its write and never checks the source after the "
-    "read: an UPDATE after the check before the read is committed silently",
-)
 def test_an_update_while_the_delta_spark_engine_reads_is_committed_silently(
     spark: Any, postgres: Any, table: str
 ) -> None:
@@ -255,11 +230,6 @@ def test_an_update_while_the_delta_spark_engine_reads_is_committed_silently(
     assert _version(table) is None, "nothing committed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="spec_files follows a linked _eod/specs directory: specs are written, and decided "
-    "specs removed, outside the table root",
-)
 def test_a_linked_specs_directory_takes_spec_writes_and_removals_out_of_the_table(tmp_path: Any) -> None:
     """Invariant I11. ``_eod/specs`` replaced by a link to a directory elsewhere (someone who
     controls the table's files): ``spec_path`` (``os.makedirs(exist_ok=True)`` then the
@@ -270,7 +240,8 @@ def test_a_linked_specs_directory_takes_spec_writes_and_removals_out_of_the_tabl
     link itself."""
     from airflow_eod.core.ask import BatchStatus
     from airflow_eod.core.batch import BatchKey
-    from airflow_eod.core.spec_files import SPECS_DIR, remove_decided_specs, spec_path
+    from airflow_eod.core.errors import UnsafePathError
+    from airflow_eod.core.spec_files import SPECS_DIR, _batch_tag, remove_decided_specs, spec_path
 
     table = tmp_path / "table"
     (table / "_eod").mkdir(parents=True)
@@ -279,18 +250,50 @@ def test_a_linked_specs_directory_takes_spec_writes_and_removals_out_of_the_tabl
     os.symlink(outside, table / SPECS_DIR)
     batch = BatchKey(PIPE, "o-00000000-aa")
     decided = BatchStatus(batch, 0, 0, 1, None, 1)
-    planted = spec_path(str(table), batch, 0, "theirs")  # a file of the other directory's owner
-    with open(os.path.join(outside, os.path.basename(planted)), "w") as fh:
+    planted = f"{_batch_tag(batch)}-g0-theirs.json"  # a file of the other directory's owner
+    with open(os.path.join(outside, planted), "w") as fh:
         fh.write("{}")
-    try:
-        written = spec_path(str(table), batch, 0, "attempt1")
-        with open(written, "w") as fh:  # what the operator's _submit does with the path
-            fh.write("{}")
-    except Exception:
-        pass  # a fix may refuse the linked directory
-    assert os.listdir(outside) == [os.path.basename(planted)], "a spec was written outside the table"
-    try:
-        remove_decided_specs(str(table), decided)
-    except Exception:
-        pass  # or refuse to clean through it
-    assert os.listdir(outside) == [os.path.basename(planted)], "a file outside the table was removed"
+    # Fixed: the spec's path is a checked join, refused through the link.
+    with pytest.raises(UnsafePathError, match="outside"):
+        spec_path(str(table), batch, 0, "attempt1")
+    assert remove_decided_specs(str(table), decided) == []  # and cleanup leaves it alone
+    assert os.listdir(outside) == [planted], "nothing outside the table was written or removed"
+
+
+def test_a_sigkilled_planners_registration_never_wedges_its_neighbours(tmp_path: Any) -> None:
+    """A SIGKILL runs no ``finally``: the dead planner's names stay in the index with no plan
+    behind them. Planning its own interval again (the way out the error names) is refused by
+    the frozen overlap and takes those names away; and a name nobody planned again is dropped
+    once it is older than ``STALE_AFTER_S``. A fresh one (a planner still at work) blocks."""
+    from airflow_eod.core.interval_index import STALE_AFTER_S, span_of
+
+    plan_log = _plan_log(tmp_path)
+    _freeze(plan_log, *_days(0, 1))
+    _freeze(plan_log, *_days(1, 2))
+    index = IntervalIndex(plan_log)
+    index.ensure_complete()
+    noon = span_of(*_days(1.5, 2.5))
+    index.register(noon)  # the dead planner's names: registered, nothing stored, no finally
+
+    # A fresh registration may be a planner at work: the neighbour waits.
+    with pytest.raises(OverlappingIntervalError, match="being planned by another run now"):
+        _freeze(plan_log, *_days(2, 3))
+    # The way out the error names: plan that interval again. It is refused (it overlaps the
+    # frozen day 2), and takes the dead planner's names with it.
+    with pytest.raises(OverlappingIntervalError, match="i-20250102T000000Z-20250103T000000Z"):
+        _freeze(plan_log, *_days(1.5, 2.5))
+    assert _freeze(plan_log, *_days(2, 3)).batch_key == "i-20250103T000000Z-20250104T000000Z"
+
+    # Nobody plans it again: an old name with no plan is dropped by the next planner.
+    late = span_of(*_days(3.5, 4.5))
+    index.register(late)
+    old = time.time() - STALE_AFTER_S - 5
+    aged = 0
+    for folder, _dirs, names in os.walk(index.root):
+        for name in names:
+            if name.startswith(f"{late[0]}_{late[1]}_"):
+                os.utime(os.path.join(folder, name), (old, old))
+                aged += 1
+    assert aged == 2, "the interval touches two days"
+    assert _freeze(plan_log, *_days(4, 5)).batch_key == "i-20250105T000000Z-20250106T000000Z"
+    assert not index.overlapping(span_of(*_days(4, 5))), "the stale names are gone"
