@@ -18,16 +18,21 @@ Concurrent planners register first and check second: of two overlapping interval
 at once, the one that checks second sees the other; if both see each other both are
 refused (nothing is loaded twice; run one again). A refused planner removes its own names
 again (only its own: each planner's names carry its token), so a refusal does not block
-anything. A planner that dies between registering and storing its plan leaves names that
-block overlapping intervals until that interval is planned again (its retry finds the same
-interval, which is not an overlap, and stores the plan). Plans stored by a release without this index
-are registered once, by the first planner that finds ``complete.json`` missing.
+anything. A planner that dies between registering and storing its plan (SIGKILL, a lost
+node) leaves names with no plan behind them. They never wedge the pipeline: planning that
+interval again either stores its plan (no overlap) or is refused by a stored overlapping
+plan, and then removes every name of its own interval that has no plan (no plan of that
+interval can be stored while the overlapping one exists); and names with no plan older than
+:data:`STALE_AFTER_S` are dropped by the next planner that meets them. Plans stored by a
+release without this index are registered once, by the first planner that finds
+``complete.json`` missing.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -39,6 +44,9 @@ _DAY_US = 86_400 * 1_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _GENERATION = re.compile(r"\.g\d+\.json$")  # a restatement's plan: the same interval
 Span = tuple[int, int]  # [start, end) in microseconds since the epoch, UTC
+# A planner registers, lists a few directories and stores its plan within seconds; a name
+# with no plan behind it after this long was left by a planner that died.
+STALE_AFTER_S = 600
 
 
 def span_of(start: datetime, end: datetime) -> Span:
@@ -123,6 +131,33 @@ class IntervalIndex:
                 os.remove(os.path.join(self._day_dir(day), _name(span, token)))
             except FileNotFoundError:
                 pass
+
+    def drop_orphans(self, span: Span, *, older_than_s: float | None = None) -> bool:
+        """Remove the names of ``span`` (every planner's), or only those older than
+        ``older_than_s`` seconds; the caller knows no plan of ``span`` is stored.
+
+        :returns: whether no name of ``span`` is left.
+        """
+        left = False
+        now = time.time()
+        for day in _days(span):
+            folder = self._day_dir(day)
+            try:
+                names = os.listdir(folder)
+            except FileNotFoundError:
+                continue
+            for name in names:
+                if _parse(name) != span:
+                    continue
+                path = os.path.join(folder, name)
+                try:
+                    if older_than_s is not None and now - os.lstat(path).st_mtime < older_than_s:
+                        left = True
+                        continue
+                    os.remove(path)
+                except FileNotFoundError:
+                    pass
+        return not left
 
     def overlapping(self, span: Span) -> list[Span]:
         """Every other registered interval that overlaps ``span`` (the same interval is not

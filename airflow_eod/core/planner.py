@@ -17,7 +17,14 @@ from typing import Any
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchRefusedError, ConfigurationError, OverlappingIntervalError
-from airflow_eod.core.interval_index import IntervalIndex, span_bounds, span_of, span_text
+from airflow_eod.core.interval_index import (
+    STALE_AFTER_S,
+    IntervalIndex,
+    Span,
+    span_bounds,
+    span_of,
+    span_text,
+)
 from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.plan_log import INTERVAL, OFFSETS, Plan, PlanLog
 from airflow_eod.core.restatement import refreeze_hint
@@ -142,12 +149,29 @@ def refuse_overlaps(plan_log: PlanLog, plan: Plan, start: datetime, end: datetim
     index = IntervalIndex(plan_log)
     index.ensure_complete()
     span = span_of(start, end)
+    pipeline, table_id = plan_log.pipeline_id, plan_log.bound_table_id()
+
+    def stored(other: Span) -> bool:
+        return plan_log.get_plan(BatchKey.for_interval(pipeline, *span_bounds(other)).key) is not None
+
     token = index.register(span)
-    others = index.overlapping(span)
+    try:
+        others = [
+            other
+            for other in index.overlapping(span)
+            # A name with no plan behind it for long was left by a planner that died.
+            if stored(other) or not index.drop_orphans(other, older_than_s=STALE_AFTER_S)
+        ]
+    except BaseException:
+        index.unregister(span, token)  # died while checking: take this planner's names back
+        raise
     if not others:
         return
     index.unregister(span, token)
-    pipeline, table_id = plan_log.pipeline_id, plan_log.bound_table_id()
+    if any(stored(other) for other in others):
+        # No plan of this interval can be stored while an overlapping one is: names of it
+        # without a plan are a dead planner's, and would block the neighbours.
+        index.drop_orphans(span)
     described = []
     for other in others:
         other_key = BatchKey.for_interval(pipeline, *span_bounds(other)).key
@@ -156,7 +180,11 @@ def refuse_overlaps(plan_log: PlanLog, plan: Plan, start: datetime, end: datetim
         elif plan_log.get_plan(other_key) is not None:
             state = "frozen, not committed yet"
         else:
-            state = "being planned by another run now, or its planner died: run that interval again"
+            state = (
+                "being planned by another run now, or its planner died: run that interval again, "
+                f"or clear this task after {STALE_AFTER_S // 60} minutes, when a registration "
+                "whose planner stored no plan is dropped"
+            )
         described.append(f"batch {other_key} {span_text(other)} ({state})")
     raise OverlappingIntervalError(
         plan.key.label,

@@ -20,6 +20,7 @@ import re
 
 from airflow_eod.core.ask import BatchStatus
 from airflow_eod.core.batch import BatchKey, fingerprint
+from airflow_eod.core.errors import UnsafePathError
 from airflow_eod.core.table_layout import META_DIR, local_path, under
 
 log = logging.getLogger(__name__)
@@ -36,12 +37,11 @@ def _batch_tag(batch: BatchKey) -> str:
 
 def spec_path(table_uri: str, batch: BatchKey, generation: int, attempt_id: str) -> str:
     """Where the spec of ``attempt_id`` (of ``batch`` at ``generation``) is written; the
-    directory is made if needed."""
-    spec_dir = os.path.join(local_path(table_uri), SPECS_DIR)
+    directory is made if needed. Checked joins: the attempt id ends up in a file name, and
+    no link inside the table may lead the directory (or its creation) out of it."""
+    spec_dir = under(local_path(table_uri), *SPECS_DIR.split(os.sep))
     os.makedirs(spec_dir, exist_ok=True)
-    # Checked join: the attempt id ends up in a file name, and no link may lead it out.
-    name = f"{_batch_tag(batch)}-g{generation}-{attempt_id}.json"
-    return under(local_path(table_uri), *SPECS_DIR.split(os.sep), name)
+    return under(spec_dir, f"{_batch_tag(batch)}-g{generation}-{attempt_id}.json")
 
 
 def remove_decided_specs(table_uri: str, status: BatchStatus) -> list[str]:
@@ -52,10 +52,13 @@ def remove_decided_specs(table_uri: str, status: BatchStatus) -> list[str]:
     """
     if not status.committed or status.committed_generation is None:
         return []
-    spec_dir = os.path.join(local_path(table_uri), SPECS_DIR)
     try:
+        spec_dir = under(local_path(table_uri), *SPECS_DIR.split(os.sep))
         names = os.listdir(spec_dir)
     except (FileNotFoundError, NotADirectoryError):
+        return []
+    except UnsafePathError as exc:
+        log.warning("batch %s: spec files left alone: %s", status.batch, exc)
         return []
     tag = _batch_tag(status.batch)
     removed: list[str] = []

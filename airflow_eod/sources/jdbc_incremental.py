@@ -44,18 +44,29 @@ POSTGRES_DRIVER = "org.postgresql.Driver"
 # Session settings that decide how PostgreSQL renders a row as text, pinned for the content
 # fingerprint: planning (libpq) and the check before the commit (libpq, or pgjdbc in a
 # submitted driver) must render the same row the same way, whatever the role's defaults.
-_PG_RENDERING = (
-    "SET TIME ZONE 'UTC'",
-    "SET DateStyle TO ISO",
-    "SET IntervalStyle TO postgres",
-    "SET extra_float_digits TO 3",
-    "SET bytea_output TO hex",
+_PG_SETTINGS = (
+    ("TimeZone", "UTC"),
+    ("DateStyle", "ISO"),
+    ("IntervalStyle", "postgres"),
+    ("extra_float_digits", "3"),
+    ("bytea_output", "hex"),
+)
+_PG_RENDERING = tuple(f"SET {name} TO '{value}'" for name, value in _PG_SETTINGS)
+# The same settings as one statement, for Spark's reader to run as it connects.
+_PG_RENDERING_AT_CONNECT = "SELECT " + ", ".join(
+    f"set_config('{name}', '{value}', false)" for name, value in _PG_SETTINGS
 )
 # The fingerprint: the sum (exact, numeric) of a 64-bit hash of every row's text:
 # order-independent, and a sum, unlike XOR, does not cancel out two identical rows changed
 # alike. hashtextextended (PostgreSQL 11+) costs a tenth of md5 plus the casts to sum its
 # parts (benchmarks/jdbc_fingerprint.py); it detects accidents, not a forger.
 _FINGERPRINT = "concat_ws(':', 'h64sum', COALESCE(SUM(hashtextextended(eod_r::text, 0)), 0))"
+
+# The column a PostgreSQL batch read carries beside the row: the same 64-bit hash of the row's
+# text that the fingerprint sums, computed by the database as Spark reads the row, so what
+# Spark read can be held to the frozen fingerprint (spark/readers.py) and then dropped.
+ROW_HASH_COLUMN = "__eod_row_hash"
+FINGERPRINT_SCHEME = "h64sum"
 
 # java.sql.Types.TIMESTAMP and TIMESTAMP_WITH_TIMEZONE
 _JDBC_TIMESTAMPS = (93, 2014)
@@ -544,14 +555,31 @@ class JdbcIncrementalSource:
         return f"({boundary.get('low')}, {boundary['high']}] of {self.key_column}"
 
     # -- reading -----------------------------------------------------------------
-    def read(self, plan: Plan, ctx: ReadContext) -> DataFrame:
-        """A DataFrame of exactly the planned key range, read in parallel by key range."""
+    def hashes_rows(self, plan: Plan) -> bool:
+        """Whether :meth:`read` can carry each row's hash (:data:`ROW_HASH_COLUMN`) to hold
+        what Spark read to the plan's fingerprint: PostgreSQL, and a plan fingerprinted so."""
+        fp = plan.inputs[0].get("fingerprint") if plan.inputs else None
+        return self._postgres and str(fp).split(":")[0] == FINGERPRINT_SCHEME
+
+    def read(self, plan: Plan, ctx: ReadContext, *, row_hash: bool = False) -> DataFrame:
+        """A DataFrame of exactly the planned key range, read in parallel by key range.
+
+        :param row_hash: add :data:`ROW_HASH_COLUMN`, each row's hash as the fingerprint
+            computes it, with the same rendering settings (see :meth:`hashes_rows`).
+        """
         cols = ", ".join(quote_identifier(c, "column") for c in self.columns) if self.columns else "*"
         zoned = self.key_type == "timestamp" and self._connected(
             ctx, plan.key.label, lambda _jvm, c: self._zoned(c)
         )
-        subquery = f"(SELECT {cols} FROM {self._t} WHERE {self._range(plan.boundary, zoned)}) eod_batch"
-        reader = self._reader(ctx).option("dbtable", subquery).option("fetchsize", str(self.fetch_size))
+        rows = f"SELECT {cols} FROM {self._t} WHERE {self._range(plan.boundary, zoned)}"
+        if row_hash:
+            row_hash_sql = f'hashtextextended(eod_r::text, 0) AS "{ROW_HASH_COLUMN}"'
+            rows = f"SELECT eod_r.*, {row_hash_sql} FROM ({rows}) eod_r"
+        reader = self._reader(ctx).option("dbtable", f"({rows}) eod_batch")
+        reader = reader.option("fetchsize", str(self.fetch_size))
+        if row_hash:
+            # Rows render as text as they did for the fingerprint at planning.
+            reader = reader.option("sessionInitStatement", _PG_RENDERING_AT_CONNECT)
         b = plan.boundary
         if self.num_partitions > 1 and self.key_type == "integer" and "high" in b:
             low = (b["low"] if b.get("low") is not None else 0) + 1

@@ -103,6 +103,9 @@ def _write(
         from airflow_eod.spark.delta_spark_engine import write_with_delta_spark
 
         manifest = replace(manifest, rows=spark_df.count())
+        # Delta Spark commits inside its write: the last moment to find a change is now (the
+        # rows of a JDBC batch are already read and kept, see readers.read_jdbc_batch).
+        source.verify(plan, ctx)
         return write_with_delta_spark(
             spark_df,
             spec.table_uri,
