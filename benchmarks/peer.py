@@ -150,7 +150,9 @@ def run_case(
             baseline="streaming",
             note=f"both hold {fmt_int(expected)} rows",
         ),
-        row("peer", f"{case.name}: per increment: Structured Streaming availableNow, p50", ms(stream)[0], "ms"),
+        row(
+            "peer", f"{case.name}: per increment: Structured Streaming availableNow, p50", ms(stream)[0], "ms"
+        ),
         row(
             "peer",
             f"{case.name}: per increment: airflow-eod, p50",
