@@ -47,11 +47,22 @@ SDIST_TOP = {"PKG-INFO", "pyproject.toml", "README.md", ".gitignore", "airflow_e
 
 
 def _tracked(*folders: str) -> set[str]:
-    """The checkout's files under ``folders`` (what git tracks, so no caches or build output)."""
-    out = subprocess.run(
-        ["git", "-C", REPO, "ls-files", "--", *folders], capture_output=True, text=True, check=True
-    ).stdout
-    return {line for line in out.splitlines() if line}
+    """The checkout's files under ``folders``: what git tracks, or without git (the compose
+    `test` service's image has none) every file but Python's caches."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", REPO, "ls-files", "--", *folders], capture_output=True, text=True, check=True
+        ).stdout
+        return {line for line in out.splitlines() if line}
+    except (OSError, subprocess.CalledProcessError):
+        found = set()
+        for folder in folders:
+            for dirpath, dirs, names in os.walk(os.path.join(REPO, folder)):
+                dirs[:] = [d for d in dirs if d != "__pycache__"]
+                found |= {
+                    os.path.relpath(os.path.join(dirpath, n), REPO) for n in names if not n.endswith(".pyc")
+                }
+        return found
 
 
 @pytest.fixture(scope="module")
