@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-airflow-lowest lint typecheck check-java clean bench
+.PHONY: demo test test-airflow-lowest lint typecheck check-java clean bench dist dist-check
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 or newer is required (Spark runs on the JVM): install a JDK, e.g. 'apt-get install openjdk-17-jdk-headless'"; exit 1; }
@@ -64,5 +64,24 @@ $(BENCH_STAMP): pyproject.toml | $(STAMP)
 bench: check-java $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.run $(if $(filter-out 0,$(QUICK)),--quick) $(if $(filter-out 0,$(RESUME)),--resume)
 
+# A wheel and an sdist in dist/ (README "Use it in a DAG"). `build` lives in a venv of its own,
+# never in .venv; it builds the sdist, then the wheel from the sdist.
+BUILD_VENV := .venv-build
+DIST := dist
+
+$(BUILD_VENV)/.installed:
+	$(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/pip install --quiet --upgrade pip build
+	touch $(BUILD_VENV)/.installed
+
+dist: $(BUILD_VENV)/.installed
+	rm -rf $(DIST)
+	$(BUILD_VENV)/bin/python -m build --outdir $(DIST) .
+
+# The built wheel installed into a fresh venv, and both files checked (tests/test_dist.py says
+# how, and why the fresh venv borrows .venv's dependencies instead of downloading them).
+dist-check: dist $(STAMP)
+	EOD_DIST_DIR=$(DIST) $(BIN)/python -m pytest -m dist tests/test_dist.py $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BUILD_VENV) $(DIST) .demo .pytest_cache .mypy_cache .ruff_cache

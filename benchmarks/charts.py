@@ -90,14 +90,16 @@ def load_chart(series: dict[str, list[dict[str, Any]]], path: str, title: str) -
     return path
 
 
-def peer_chart(series: dict[str, list[float]], path: str, title: str) -> str | None:
-    eod, stream = series.get("eod", []), series.get("stream", [])
-    if not eod:
+def peer_chart(series: dict[str, dict[str, list[float]]], path: str, title: str) -> str | None:
+    """One line per engine and case (``{case: {"eod": [...], "stream": [...]}}``)."""
+    cases = {name: s for name, s in series.items() if isinstance(s, dict) and s.get("eod")}
+    if not cases:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    xs = list(range(1, len(eod) + 1))
-    ax.plot(xs, [s * 1000 for s in stream], "--o", label="Structured Streaming, availableNow")
-    ax.plot(xs, [s * 1000 for s in eod], "-s", label="airflow-eod load")
+    for (name, s), marker in zip(cases.items(), "osd^v", strict=False):
+        xs = list(range(1, len(s["eod"]) + 1))
+        ax.plot(xs, [v * 1000 for v in s["stream"]], f"--{marker}", label=f"{name}: Structured Streaming")
+        ax.plot(xs, [v * 1000 for v in s["eod"]], f"-{marker}", label=f"{name}: airflow-eod load")
     ax.set_xlabel("increment")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("wall time, ms")

@@ -135,7 +135,9 @@ def fmt_int(n: int) -> str:
 
 @dataclass
 class Settings:
-    """How much to run: ``full()`` is the issue's set, ``quick()`` a reduced one."""
+    """How much to run: ``full()`` is the issue's set, ``quick()`` a reduced one, ``smoke()``
+    every area at toy sizes (figures meaningless; CI runs it so a refactor cannot break the
+    benchmark unseen)."""
 
     mode: str
     checkpoints: list[int]  # batch counts at which the history is measured
@@ -182,6 +184,24 @@ class Settings:
             load_pairs=5,
             increments=5,
             increment_rows=10_000,
+            retention="interval 5 seconds",
+        )
+
+
+    @classmethod
+    def smoke(cls) -> Settings:
+        return cls(
+            mode="smoke",
+            checkpoints=[5, 10],
+            state_checkpoints=[5, 10],
+            asks=3,
+            spark_asks=1,
+            window=3,
+            jdbc_plans=2,
+            load_rows=[2_000],
+            load_pairs=1,
+            increments=2,
+            increment_rows=400,
             retention="interval 5 seconds",
         )
 

@@ -1,10 +1,12 @@
 """``make bench``: every benchmark area side by side in one run, one table of figures,
 targets, ratios and verdicts.
 
-    python -m benchmarks.run [--quick] [--only history,load,peer] [--resume] [--work DIR]
+    python -m benchmarks.run [--quick | --smoke] [--only history,load,peer] [--resume] [--work DIR]
 
 Prints the table, writes ``benchmarks/results/<quick|full>.json`` and PNG charts beside it,
-and rewrites the run's section of ``benchmarks/README.md``. Benchmarks, not tests: nothing
+and rewrites the run's section of ``benchmarks/README.md``. ``--smoke`` runs every area at
+toy sizes, writes its JSON into the work directory only, and draws no charts (CI runs it:
+``tests/test_bench_smoke.py``). Benchmarks, not tests: nothing
 here fails on a missed target (the exit code is non-zero only when an area crashed).
 """
 
@@ -20,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks import history, load, peer
-from benchmarks.charts import draw_all
 from benchmarks.common import Row, Settings, machine, progress, spark_session
 from benchmarks.report import readme_section, summary, text_table, update_readme, write_json
 
@@ -30,13 +31,15 @@ RESULTS = os.path.join(HERE, "results")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks.run", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a reduced set that runs in a few minutes")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="a reduced set that runs in a few minutes")
+    size.add_argument("--smoke", action="store_true", help="every area at toy sizes: does it run at all")
     parser.add_argument("--only", help="comma-separated areas: history, load, peer")
     parser.add_argument("--resume", action="store_true", help="continue histories an earlier run left behind")
     parser.add_argument("--work", help="work directory (default: benchmarks/.work/<mode>)")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite benchmarks/README.md")
     args = parser.parse_args(argv)
-    settings = Settings.quick() if args.quick else Settings.full()
+    settings = Settings.smoke() if args.smoke else Settings.quick() if args.quick else Settings.full()
     if args.only:
         settings.areas = [a.strip() for a in args.only.split(",") if a.strip()]
         unknown = set(settings.areas) - {"history", "load", "peer"}
@@ -97,16 +100,21 @@ def main(argv: list[str] | None = None) -> int:
         "rows": [r.to_dict() for r in rows],
         "series": series,
     }
-    write_json(results, os.path.join(RESULTS, f"{settings.mode}.json"))
-    charts = draw_all(results, RESULTS)
-    if not args.no_readme:
-        update_readme(os.path.join(HERE, "README.md"), settings.mode, readme_section(results, charts))
+    # A smoke run's figures mean nothing: they stay in its work directory.
+    results_dir = work if args.smoke else RESULTS
+    write_json(results, os.path.join(results_dir, f"{settings.mode}.json"))
+    if not args.smoke:
+        from benchmarks.charts import draw_all  # matplotlib: the `bench` extra
+
+        charts = draw_all(results, RESULTS)
+        if not args.no_readme:
+            update_readme(os.path.join(HERE, "README.md"), settings.mode, readme_section(results, charts))
     print()
     print(text_table(rows))
     print()
     print(
         f"{settings.mode} run: {summary(rows)}; {duration / 60:.1f} min. "
-        f"Results: {RESULTS}/{settings.mode}.json"
+        f"Results: {results_dir}/{settings.mode}.json"
     )
     return 1 if crashed else 0
 

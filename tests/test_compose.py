@@ -8,7 +8,11 @@ each check below holds one part of it to the code the real tiers run:
 - the one image: the Python minor version, pyspark and Airflow versions of this
   interpreter, Java 17;
 - the DAGs mount, the volume the Airflow worker and the Spark worker share, the Spark
-  connection (resolved by the Spark provider's own hook), and the submit-mode example DAG.
+  connection (resolved by the Spark provider's own hook), and the submit-mode example DAG;
+- Airflow installed with the constraints file of its version and the image's Python, and no
+  later step that could move it (issue 18, item 20);
+- airflow-init's secrets check, run here for real with the environment compose gives it:
+  the file's default secrets stop the stack unless ``EOD_LOCAL_TRIAL=1`` (issue 18, item 20).
 
 Loopback in the tests is a service name in compose; those differences are the constants
 below, and nothing else may differ. ``test_each_check_fails_on_a_broken_compose_file``
@@ -22,9 +26,10 @@ import json
 import os
 import re
 import string
+import subprocess
 import sys
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
@@ -69,12 +74,20 @@ PACKAGE_MOUNT = "/opt/airflow-eod"
 _INTERPOLATION = re.compile(r"\$\$|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::?-(?P<default>[^}]*))?\}")
 
 
-def interpolate(value: Any) -> Any:
-    """What compose makes of a value: ``$$`` is a literal ``$``, ``${VAR:-default}`` the
-    default (whatever this machine's environment holds, so the checks are reproducible)."""
+def interpolate(value: Any, env: Mapping[str, str] | None = None) -> Any:
+    """What compose makes of a value: ``$$`` is a literal ``$``, ``${VAR:-default}`` the value
+    of ``VAR`` in ``env`` when set and not empty, else the default (never this machine's
+    environment, so the checks are reproducible)."""
     if not isinstance(value, str):
         return value
-    return _INTERPOLATION.sub(lambda m: "$" if m.group(0) == "$$" else m.group("default") or "", value)
+    given = env or {}
+
+    def fill(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return given.get(m.group("name")) or m.group("default") or ""
+
+    return _INTERPOLATION.sub(fill, value)
 
 
 def load_compose(path: str = COMPOSE_FILE) -> dict[str, Any]:
@@ -96,11 +109,12 @@ def command(compose: dict[str, Any], name: str) -> list[str]:
     return [str(interpolate(a)) for a in cmd]
 
 
-def environment(compose: dict[str, Any], name: str) -> dict[str, str]:
+def environment(compose: dict[str, Any], name: str, given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A service's environment as compose renders it, with ``given`` as the host's variables."""
     env = service(compose, name).get("environment") or {}
     if isinstance(env, list):
         env = dict(item.split("=", 1) for item in env)
-    return {k: str(interpolate(v)) for k, v in env.items()}
+    return {k: str(interpolate(v, given)) for k, v in env.items()}
 
 
 def mounts(compose: dict[str, Any], name: str) -> dict[str, str]:
@@ -235,6 +249,98 @@ def check_image(compose: dict[str, Any]) -> None:
         )
 
 
+CONSTRAINTS_URL = (
+    "https://raw.githubusercontent.com/apache/airflow/constraints-${AIRFLOW_VERSION}/"
+    "constraints-${PYTHON_VERSION}.txt"
+)
+AIRFLOW_PIN = '"apache-airflow[postgres]==${AIRFLOW_VERSION}"'
+
+
+def dockerfile_runs(compose: dict[str, Any]) -> list[str]:
+    """The image's ``RUN`` instructions, continuation lines joined, as Docker sees them."""
+    _image, build = _build(compose, AIRFLOW_WORKER)
+    text = re.sub(r"\\\n\s*", " ", interpolate(build["dockerfile_inline"]))
+    return [line.strip()[4:] for line in text.splitlines() if line.strip().startswith("RUN ")]
+
+
+def check_constraints(compose: dict[str, Any]) -> None:
+    """Airflow goes in with the constraints file of the pinned Airflow and Python; every later
+    pip step pins Airflow again, so none can move it off the constrained install."""
+    _image, build = _build(compose, AIRFLOW_WORKER)
+    args = {k: str(v) for k, v in build["args"].items()}
+    pips = [run for run in dockerfile_runs(compose) if run.startswith("pip install")]
+    assert pips, "the image installs nothing with pip"
+    first = next((i for i, run in enumerate(pips) if "apache-airflow" in run), None)
+    assert first is not None, "the image does not install Airflow"
+    urls = re.findall(r'--constraint[= ]"?([^"\s]+)"?', pips[first])
+    assert urls == [CONSTRAINTS_URL], f"Airflow must be installed with --constraint {CONSTRAINTS_URL}: {urls}"
+    rendered = CONSTRAINTS_URL.replace("${AIRFLOW_VERSION}", args["AIRFLOW_VERSION"]).replace(
+        "${PYTHON_VERSION}", args["PYTHON_VERSION"]
+    )
+    tail = f"constraints-{args['AIRFLOW_VERSION']}/constraints-{args['PYTHON_VERSION']}.txt"
+    assert rendered.endswith(tail), rendered
+    for run in pips[first:]:
+        assert AIRFLOW_PIN in run, f"a pip step after the constrained install must pin Airflow: {run}"
+    for run in pips[:first]:
+        assert "apache-airflow" not in run
+
+
+INIT_CHECK_OPENER = "python - <<'EOF'"
+
+
+def secrets_check(compose: dict[str, Any]) -> str:
+    """The Python script airflow-init runs first (a heredoc before ``airflow db migrate``)."""
+    script = command(compose, INIT_SERVICE)[-1]
+    assert script.startswith(INIT_CHECK_OPENER), "airflow-init must start with the secrets check"
+    body, sep, rest = script[len(INIT_CHECK_OPENER) :].partition("\nEOF\n")
+    assert sep and "airflow db migrate" in rest and "airflow db migrate" not in body, (
+        "the secrets check must run, as its own step, before airflow db migrate"
+    )
+    return body
+
+
+SECRET_VARIABLES = ("AIRFLOW_ADMIN_PASSWORD", "AIRFLOW_JWT_SECRET", "POSTGRES_PASSWORD")
+CHOSEN_SECRETS = {
+    "AIRFLOW_ADMIN_PASSWORD": "pw-4f1c",
+    "AIRFLOW_JWT_SECRET": "jwt-93ab",
+    "POSTGRES_PASSWORD": "db-77e0",
+}
+
+
+def run_secrets_check(compose: dict[str, Any], given: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """airflow-init's secrets check, run with the environment compose would give airflow-init
+    on a host whose variables are ``given``."""
+    env = {"PATH": os.environ.get("PATH", ""), **environment(compose, INIT_SERVICE, given)}
+    return subprocess.run(
+        [sys.executable, "-c", secrets_check(compose)], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def check_secrets(compose: dict[str, Any]) -> None:
+    # Every Airflow service waits for airflow-init to succeed: its refusal stops the stack.
+    for name in AIRFLOW_SERVICES.values():
+        needs = service(compose, name).get("depends_on", {}).get(INIT_SERVICE, {})
+        waits = needs.get("condition") == "service_completed_successfully"
+        assert waits, f"{name} does not wait for {INIT_SERVICE}"
+    # The defaults of the file: refused, each named, and the way out said.
+    refused = run_secrets_check(compose, {})
+    assert refused.returncode != 0, "airflow-init starts with the file's default secrets"
+    for name in SECRET_VARIABLES:
+        assert name in refused.stderr, refused.stderr
+    assert "EOD_LOCAL_TRIAL=1" in refused.stderr, refused.stderr
+    # One default left is refused too, by its name.
+    for kept in SECRET_VARIABLES:
+        partial = run_secrets_check(compose, {k: v for k, v in CHOSEN_SECRETS.items() if k != kept})
+        assert partial.returncode != 0 and kept in partial.stderr, (kept, partial.stderr)
+        assert not any(k in partial.stderr for k in SECRET_VARIABLES if k != kept), partial.stderr
+    # Chosen secrets, or a declared local trial, pass.
+    chosen = run_secrets_check(compose, CHOSEN_SECRETS)
+    assert chosen.returncode == 0, chosen.stderr
+    trial = run_secrets_check(compose, {"EOD_LOCAL_TRIAL": "1"})
+    assert trial.returncode == 0, trial.stderr
+    assert "local trial" in trial.stdout, trial.stdout
+
+
 def check_dags_mount(compose: dict[str, Any]) -> None:
     for name in AIRFLOW_SERVICES.values():
         folder = environment(compose, name)["AIRFLOW__CORE__DAGS_FOLDER"]
@@ -364,6 +470,17 @@ def test_one_image_with_this_python_pyspark_airflow_and_java_17(compose: dict[st
     check_image(compose)
 
 
+def test_airflow_is_installed_with_its_constraints(compose: dict[str, Any]) -> None:
+    """Before issue 18 (item 20) the image installed Airflow without its constraints file."""
+    check_constraints(compose)
+
+
+def test_default_secrets_are_refused_unless_a_local_trial(compose: dict[str, Any]) -> None:
+    """Before issue 18 (item 20) the stack started with the file's default admin password,
+    JWT secret and database password."""
+    check_secrets(compose)
+
+
 def test_dags_folder_is_mounted(compose: dict[str, Any]) -> None:
     check_dags_mount(compose)
 
@@ -444,6 +561,15 @@ def _edit_volumes(name: str, old: str, new: str | None) -> Callable[[dict[str, A
     return mutate
 
 
+def _edit_init_script(change: Callable[[str], str]) -> Callable[[dict[str, Any]], None]:
+    def mutate(compose: dict[str, Any]) -> None:
+        cmd = list(compose["services"][INIT_SERVICE]["command"])
+        cmd[-1] = change(cmd[-1])
+        compose["services"][INIT_SERVICE]["command"] = cmd
+
+    return mutate
+
+
 def _conn(**changes: Any) -> Callable[[dict[str, Any]], None]:
     def mutate(compose: dict[str, Any]) -> None:
         for name in AIRFLOW_SERVICES.values():
@@ -464,6 +590,8 @@ CHECKS: dict[str, Callable[..., None]] = {
     "spark_master": check_spark_master,
     "spark_worker": check_spark_worker,
     "image": check_image,
+    "constraints": check_constraints,
+    "secrets": check_secrets,
     "dags_mount": check_dags_mount,
     "shared_data": check_shared_data,
 }
@@ -539,6 +667,73 @@ MUTATIONS: list[tuple[str, str, Callable[[dict[str, Any]], None]]] = [
         "shared_data",
         _edit_env(AIRFLOW_WORKER, "EOD_SUBMIT_TABLE", "/tmp/orders"),
     ),
+    (
+        "airflow without constraints",
+        "constraints",
+        _edit_build(
+            lambda b: b.__setitem__(
+                "dockerfile_inline", re.sub(r"\\\n\s*--constraint [^\n]*", "", b["dockerfile_inline"])
+            )
+        ),
+    ),
+    (
+        "constraints of another airflow",
+        "constraints",
+        _edit_build(
+            lambda b: b.__setitem__(
+                "dockerfile_inline",
+                b["dockerfile_inline"].replace("constraints-$${AIRFLOW_VERSION}/", "constraints-3.2.0/"),
+            )
+        ),
+    ),
+    (
+        "constraints of another python",
+        "constraints",
+        _edit_build(
+            lambda b: b.__setitem__(
+                "dockerfile_inline",
+                b["dockerfile_inline"].replace("constraints-$${PYTHON_VERSION}.txt", "constraints-3.12.txt"),
+            )
+        ),
+    ),
+    (
+        "a later step that can move airflow",
+        "constraints",
+        _edit_build(
+            lambda b: b.__setitem__(
+                "dockerfile_inline",
+                re.sub(
+                    r'"apache-airflow\[postgres\]==\$\$\{AIRFLOW_VERSION\}" \\\n\s*"pyspark==',
+                    '"pyspark==',
+                    b["dockerfile_inline"],
+                ),
+            )
+        ),
+    ),
+    ("no secrets check", "secrets", _edit_init_script(lambda s: s.split("EOF\n", 1)[1])),
+    (
+        "secrets checked after the migration",
+        "secrets",
+        _edit_init_script(
+            lambda s: "airflow db migrate\n" + s.replace("airflow db migrate\n", "", 1)
+        ),
+    ),
+    ("a trial by default", "secrets", _edit_env(INIT_SERVICE, "EOD_LOCAL_TRIAL", "${EOD_LOCAL_TRIAL:-1}")),
+    (
+        "a JWT default the check does not know",
+        "secrets",
+        _edit_env(INIT_SERVICE, "AIRFLOW__API_AUTH__JWT_SECRET", "${AIRFLOW_JWT_SECRET:-another-default}"),
+    ),
+    (
+        "the admin password unchecked",
+        "secrets",
+        _edit_init_script(lambda s: s.replace('("admin", ', '("nobody", ')),
+    ),
+    (
+        "the triggerer does not wait for init",
+        "secrets",
+        _set("airflow-triggerer.depends_on", {"postgres": {"condition": "service_healthy"}}),
+    ),
     ("connection port", "connection", _conn(port=7078)),
     ("cluster deploy mode", "connection", _conn(**{"deploy-mode": "cluster"})),
     (
@@ -601,3 +796,78 @@ def test_the_example_dag_check_fails_on_a_changed_task(
 ) -> None:
     with pytest.raises(AssertionError):
         check_example_dag(compose, mutate(example_task))
+
+
+# -- the runbook's way to clear a task (issue 18, item 18) ----------------------------------
+
+RUNBOOK = os.path.join(REPO, "docs", "runbook.md")
+
+
+def runbook_clear_request(path: str = RUNBOOK) -> tuple[str, dict[str, Any]]:
+    """The REST call the runbook gives for clearing one task of one run: (path, JSON body)."""
+    with open(path) as fh:
+        text = fh.read()
+    match = re.search(
+        r'curl [^\n]*-X POST "\$AIRFLOW(?P<path>/api/v2/dags/[^"]+/clearTaskInstances)"'
+        r"(?P<rest>(?:[^\n]*\\\n)*[^\n]*)",
+        text,
+    )
+    assert match, "the runbook gives no clearTaskInstances call"
+    body = re.search(r"-d '(\{[^']*\})'", match.group("rest"))
+    assert body, "the runbook's clearTaskInstances call has no JSON body"
+    return match.group("path"), json.loads(body.group(1))
+
+
+def check_runbook_clear(path: str, body: dict[str, Any]) -> None:
+    """The call exists in the installed Airflow, its body is valid there, and it clears one task
+    of one run by run id (a manual run has no logical date), for real (``dry_run`` defaults
+    to true), whatever state the task ended in."""
+    from airflow.api_fastapi.core_api.datamodels.task_instances import ClearTaskInstancesBody
+    from airflow.api_fastapi.core_api.routes.public import public_router
+
+    routes = {(r.path, m) for r in public_router.routes for m in getattr(r, "methods", ())}
+    assert (re.sub(r"/dags/[^/]+/", "/dags/{dag_id}/", path), "POST") in routes, path
+    parsed = ClearTaskInstancesBody.model_validate(body)  # strict: an unknown field fails
+    assert parsed.dry_run is False, "dry_run defaults to true: nothing would be cleared"
+    assert parsed.dag_run_id and parsed.dag_run_id.startswith("manual__"), parsed.dag_run_id
+    assert parsed.task_ids and len(parsed.task_ids) == 1, parsed.task_ids
+    assert parsed.only_failed is False and parsed.reset_dag_runs is True
+    # Airflow refuses these for a run without a logical date; dates select by logical date.
+    assert not (parsed.include_past or parsed.include_future or parsed.start_date or parsed.end_date)
+    # Only fields Airflow 3.1 (the lowest we support) knows too.
+    assert set(body) <= {
+        "dry_run", "start_date", "end_date", "only_failed", "only_running", "reset_dag_runs", "task_ids",
+        "dag_run_id", "include_upstream", "include_downstream", "include_future", "include_past",
+    }, sorted(body)
+
+
+def test_the_runbook_says_how_to_clear_a_task_of_a_manual_run() -> None:
+    """Before issue 18 (item 18) the runbook said "clear the task", which ``airflow tasks
+    clear -s/-e`` cannot do for a manual run (no logical date), and said nothing else."""
+    from airflow.api_fastapi.auth.managers.simple.routes.login import login_router
+
+    check_runbook_clear(*runbook_clear_request())
+    with open(RUNBOOK) as fh:
+        text = fh.read()
+    assert '-X POST "$AIRFLOW/auth/token"' in text
+    assert ("/token", "POST") in {(r.path, m) for r in login_router.routes for m in getattr(r, "methods", ())}
+    assert "Clear Task Instance" in text, "the UI's way"
+
+
+@pytest.mark.parametrize(
+    ("what", "change"),
+    [
+        ("a dry run", {"dry_run": True}),
+        ("by dates", {"dag_run_id": None, "start_date": "2026-11-20T00:00:00Z"}),
+        ("only failed", {"only_failed": True}),
+        ("a 3.3-only field", {"note": "cleared by hand"}),
+        ("an unknown field", {"run_id": "manual__x"}),
+    ],
+)
+def test_the_runbook_check_fails_on_a_wrong_call(what: str, change: dict[str, Any]) -> None:
+    path, body = runbook_clear_request()
+    broken = {k: v for k, v in {**body, **change}.items() if v is not None}
+    with pytest.raises((AssertionError, ValueError)):
+        check_runbook_clear(path, broken)
+    with pytest.raises(AssertionError):
+        check_runbook_clear(path.replace("clearTaskInstances", "clearTasks"), body)

@@ -154,7 +154,9 @@ def resolved_files(df: DataFrame) -> list[str]:
     naming the same file) shows once there; the file relations' own lists keep repeats.
     """
     try:
-        leaves = df._jdf.queryExecution().optimizedPlan().collectLeaves()
+        # The analyzed plan: built when the DataFrame was, where optimizing it would be a
+        # planning pass of its own on every load (the write plans its own query anyway).
+        leaves = df._jdf.queryExecution().analyzed().collectLeaves()
         uris: list[str] = []
         for i in range(leaves.size()):
             leaf = leaves.apply(i)

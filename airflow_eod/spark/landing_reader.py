@@ -162,6 +162,12 @@ def _project(
     """
     from pyspark.sql import functions as F
 
+    # The common case: the read already is the output (the same names in the same order, no
+    # corrupt-record column to label). A select would cost a Python-to-JVM call per column
+    # and a round of analysis on every load, for nothing.
+    if corrupt is None and list(df.columns) == [f.name for f in out]:
+        if all(present.get(f.name.lower()) == f.name for f in out):
+            return df
     cols = [
         _col(present[f.name.lower()]).alias(f.name)
         if f.name.lower() in present
