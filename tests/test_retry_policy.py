@@ -28,6 +28,8 @@ ENDS_AT_ONCE = {
     "PlanLogError",
     "CorruptRecordError",
     "BatchRefusedError",
+    "OverlappingIntervalError",
+    "NullKeyError",
 }
 
 

@@ -84,3 +84,13 @@ class BatchRefusedError(BatchError):
 
 class CorruptRecordError(PlanLogError):
     """A durable commit record says a batch landed where the table says it did not."""
+
+
+class OverlappingIntervalError(BatchRefusedError):
+    """A JDBC interval batch overlaps an interval the pipeline already froze or committed:
+    loading it would load the rows of the overlap twice."""
+
+
+class NullKeyError(BatchRefusedError):
+    """Rows of a JDBC source have a NULL key, which no batch ever loads, and the source
+    says ``null_keys="fail"``."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -184,12 +184,16 @@ def load_batch(
     """
     frozen = freeze(request, source, ctx)
     if isinstance(frozen, LoadResult):
-        return frozen
-    if isinstance(frozen, BatchStatus):
+        result = frozen
+    elif isinstance(frozen, BatchStatus):
         if settle is not None:
             settle(frozen)
-        return result_from_status(request.table_uri, frozen, ALREADY_COMMITTED)
-    return run(frozen)
+        result = result_from_status(request.table_uri, frozen, ALREADY_COMMITTED)
+    else:
+        result = run(frozen)
+    if "null_key_rows" in ctx.facts:  # counted at planning (a keyed source)
+        result = replace(result, null_key_rows=int(ctx.facts["null_key_rows"]))
+    return result
 
 
 def decide_submitted(

@@ -21,6 +21,7 @@ Boundary = Literal["offsets", "interval"]
 FileFormat = Literal["csv", "json", "parquet"]
 KeyType = Literal["integer", "timestamp"]
 Execution = Literal["local", "submit"]
+NullKeys = Literal["warn", "fail"]
 
 ENGINES: tuple[str, ...] = get_args(Engine)
 SCHEMA_POLICIES: tuple[str, ...] = get_args(SchemaDrift)
@@ -28,6 +29,7 @@ BOUNDARIES: tuple[str, ...] = get_args(Boundary)
 FORMATS: tuple[str, ...] = get_args(FileFormat)
 KEY_TYPES: tuple[str, ...] = get_args(KeyType)
 EXECUTION_MODES: tuple[str, ...] = get_args(Execution)
+NULL_KEY_POLICIES: tuple[str, ...] = get_args(NullKeys)
 
 
 def choice(name: str, value: Any, allowed: tuple[str, ...]) -> Any:

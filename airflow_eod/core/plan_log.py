@@ -13,6 +13,8 @@ Layout, under ``<table>/_eod/pipelines/<pipeline_id>/``::
     restatements/<hash>[.N].json which generation a DAG run restates a batch to (a chain:
                                  link N+1 re-freezes a restatement whose input changed)
     files/<path hash>.json       which interval batch owns a landing file (first claim wins)
+    spans/<day>/<start>_<end>.json  the intervals a JDBC pipeline froze, by the UTC days they
+                                 touch (see :mod:`airflow_eod.core.interval_index`)
     loaded/<seq>.json            the inputs every offset batch up to <seq> loaded (an index,
                                  see :mod:`airflow_eod.core.offset_history`)
     batches/<batch_key>/g<N>.<table id>.json  the durable commit record of generation N
@@ -116,6 +118,14 @@ class PlanLog:
         payload = dict(body, format=PLAN_FORMAT)
         payload["checksum"] = fingerprint(payload)
         return put_if_absent(path, json.dumps(payload, sort_keys=True))
+
+    def put_entry(self, path: str, body: dict[str, Any]) -> bool:
+        """Write the checksummed entry ``body`` at ``path`` (under this log) unless one is there."""
+        root = os.path.realpath(self.root)
+        if os.path.commonpath([root, os.path.realpath(os.path.dirname(path))]) != root:
+            # A linked directory under the log must not take the entry elsewhere (I11).
+            raise PlanLogError(f"plan-log entry {path} is outside the plan log {self.root}")
+        return self._put_if_absent(path, body)
 
     def _read(self, path: str) -> dict[str, Any] | None:
         try:

@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import BatchRefusedError, ConfigurationError
+from airflow_eod.core.errors import BatchRefusedError, ConfigurationError, OverlappingIntervalError
+from airflow_eod.core.interval_index import IntervalIndex, span_bounds, span_of, span_text
 from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.plan_log import INTERVAL, OFFSETS, Plan, PlanLog
 
@@ -104,11 +105,16 @@ def plan_interval_batch(
     end: datetime,
     inputs: Callable[[], list[dict[str, Any]]],
     source: dict[str, Any] | None = None,
+    exclusive: bool = False,
 ) -> Plan:
     """The plan of the batch bounded by the data interval ``[start, end)``.
 
     The inputs are listed only the first time; every later attempt gets the stored plan,
     with its files narrowed to those the batch owns (:func:`own_files`).
+
+    :param exclusive: the batch's rows are its interval itself (a JDBC key range), so an
+        interval that overlaps one the pipeline already froze is refused before its plan
+        is stored (:func:`refuse_overlaps`).
     """
     source = source or {}
     key = BatchKey.for_interval(plan_log.pipeline_id, start, end)
@@ -116,10 +122,49 @@ def plan_interval_batch(
     if existing is None:
         _refuse_mixed_kinds(plan_log, INTERVAL)
         boundary = {"start": start.isoformat(), "end": end.isoformat()}
-        existing = plan_log.put_plan(
-            Plan(plan_log.pipeline_id, key.key, INTERVAL, boundary, inputs(), source=source)
-        )
+        plan = Plan(plan_log.pipeline_id, key.key, INTERVAL, boundary, inputs(), source=source)
+        if exclusive:
+            refuse_overlaps(plan_log, plan, start, end)
+        existing = plan_log.put_plan(plan)
     return own_files(plan_log, plan_log.check_source(existing, source))
+
+
+def refuse_overlaps(plan_log: PlanLog, plan: Plan, start: datetime, end: datetime) -> None:
+    """Register ``[start, end)`` in the pipeline's interval index, then refuse it if another
+    interval there overlaps it (frozen, or being frozen by a concurrent run).
+
+    Registering before checking makes two concurrent planners of overlapping intervals see
+    each other at least once; a refused interval is taken out of the index again.
+
+    :raises OverlappingIntervalError: naming both intervals and the way out.
+    """
+    index = IntervalIndex(plan_log)
+    index.ensure_complete()
+    span = span_of(start, end)
+    index.register(span)
+    others = index.overlapping(span)
+    if not others:
+        return
+    index.unregister(span)
+    pipeline = plan_log.pipeline_id
+    described = []
+    for other in others:
+        other_key = BatchKey.for_interval(pipeline, *span_bounds(other)).key
+        state = (
+            "frozen"
+            if plan_log.get_plan(other_key) is not None
+            else "being planned by another run now, or its planner died: run that interval again"
+        )
+        described.append(f"batch {other_key} {span_text(other)} ({state})")
+    raise OverlappingIntervalError(
+        plan.key.label,
+        f"its interval {span_text(span)} overlaps {', '.join(described)} of this pipeline: the "
+        "rows in the overlap would be loaded twice, so nothing was planned or written. Load "
+        "intervals that do not overlap the ones already loaded (a manual run with a mid-day "
+        "logical date, or a changed timetable, plans intervals across the old ones: pass "
+        "interval_start/interval_end that line up with them); to load the overlap again on "
+        "purpose, restate the batch(es) above (restate=True, restate_batch_key=<key>)",
+    )
 
 
 def _owner_froze(plan_log: PlanLog, claim: dict[str, Any], entry: dict[str, Any]) -> tuple[Any, Any]:

@@ -29,6 +29,8 @@ class LoadResult:
     :param files: data files in the batch.
     :param outcome: ``committed``, ``already_committed`` or ``no_new_data``.
     :param table_uri: the target table.
+    :param null_key_rows: rows of a JDBC source whose key is NULL, counted at planning: no
+        batch loads them (``None``: not a keyed source, or not counted; left out of the dict).
     """
 
     pipeline_id: str
@@ -39,9 +41,13 @@ class LoadResult:
     files: int
     outcome: str
     table_uri: str
+    null_key_rows: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        body = asdict(self)
+        if self.null_key_rows is None:
+            del body["null_key_rows"]
+        return body
 
 
 def result_from_status(table_uri: str, status: BatchStatus, outcome: str) -> LoadResult:

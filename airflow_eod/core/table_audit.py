@@ -59,6 +59,8 @@ SAYS: dict[str, tuple[str, str]] = {
         "record of that generation: once the marker expires the batch can load again; run "
         "`airflow-eod ask` on it now, which writes the record"),
     "corrupt_plan_log_entry": (ERROR, "{error}"),
+    "overlapping_intervals": (ERROR, "its JDBC key range {interval} overlaps {other} of batch {other_key} "
+        "of the same pipeline, also committed: the source rows in {overlap} were loaded by both"),
     "record_missing": (WARNING, "the table's marker says generation {gen} is committed, but there is "
         "no commit record of it (its committer died after the commit); `airflow-eod ask` on the "
         "batch writes it"),
@@ -94,6 +96,7 @@ _SECTION = {
     "stuck_plan": "A batch is stuck (planned, never committed)",
     "plan_near_expiry": "older than the table's transaction-retention window",
     "quarantine_behind": "The quarantine table is behind the main table",
+    "overlapping_intervals": "Two JDBC interval batches overlap",
 }
 
 
@@ -531,6 +534,32 @@ class _Audit:
             what = "no generation" if got is None else f"generation {got}"
             self.add("quarantine_behind", b.key, gen=b.generation, n=rejects, q=q, what=what)
 
+    # -- JDBC interval batches that overlap ---------------------------------------------
+    def check_overlapping_intervals(self) -> None:
+        """Committed JDBC interval batches of one pipeline whose key ranges overlap (planned
+        by a release that did not refuse them, or with the refusal bypassed): a sweep over
+        each pipeline's intervals sorted by start, against the furthest end so far."""
+        spans: dict[str, list[tuple[datetime, datetime, BatchKey]]] = {}
+        for b in self.committed():
+            plan = self.plans.get(b.key)
+            if plan is not None and _is_jdbc_interval(plan.kind, plan.boundary, plan.source, plan.inputs):
+                start, end = _utc(plan.boundary["start"]), _utc(plan.boundary["end"])
+                spans.setdefault(b.key.pipeline_id, []).append((start, end, b.key))
+        for items in spans.values():
+            reach: tuple[datetime, datetime, BatchKey] | None = None  # the furthest-reaching so far
+            for start, end, key in sorted(items, key=lambda t: (t[0], t[1], t[2].key)):
+                if reach is not None and start < reach[1]:
+                    self.add(
+                        "overlapping_intervals",
+                        key,
+                        interval=_span(start, end),
+                        other=_span(reach[0], reach[1]),
+                        other_key=reach[2].key,
+                        overlap=_span(start, min(end, reach[1])),
+                    )
+                if reach is None or end > reach[1]:
+                    reach = (start, end, key)
+
     # -- plans over time ---------------------------------------------------------------
     def check_plans(self) -> None:
         for key, plan in sorted(self.plans.items(), key=lambda kv: kv[0].label):
@@ -545,6 +574,25 @@ class _Audit:
                 tense = "is" if age > self.window - safety_margin(self.window) else "will be"
                 say.update(window=_age(self.window), key=RETENTION_KEY, tense=tense)
                 self.add("plan_near_expiry", key, **say)
+
+
+def _utc(text: str) -> datetime:
+    t = datetime.fromisoformat(text)
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def _span(start: datetime, end: datetime) -> str:
+    return f"[{start.isoformat()}, {end.isoformat()})"
+
+
+def _is_jdbc_interval(kind: str, boundary: dict[str, Any], source: dict[str, Any], inputs: list[Any]) -> bool:
+    """A JDBC interval batch (whose rows are its key range); plans older than the source's
+    identity in the plan are told by their inputs (a row count, no landing files)."""
+    if kind != "interval" or "start" not in boundary or "end" not in boundary:
+        return False
+    if source:
+        return source.get("type") == "jdbc_incremental"
+    return bool(inputs) and all(isinstance(i, dict) and "rows" in i and "path" not in i for i in inputs)
 
 
 def _generations_held(table_uri: str) -> dict[BatchKey, int] | None:
@@ -594,5 +642,6 @@ def audit_table(
     audit.check_duplicates()
     audit.check_total()
     audit.check_plans()
+    audit.check_overlapping_intervals()
     audit.check_quarantine()
     return AuditReport(path, audit.version, now, batches, audit.findings)

@@ -9,7 +9,15 @@ from typing import Any
 from urllib.parse import urlparse
 
 from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, Boundary, KeyType, choice
+from airflow_eod.core.options import (
+    BOUNDARIES,
+    KEY_TYPES,
+    NULL_KEY_POLICIES,
+    Boundary,
+    KeyType,
+    NullKeys,
+    choice,
+)
 from airflow_eod.hooks.jdbc_source import JdbcSourceHook
 from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
 from airflow_eod.sources.base import Credentials
@@ -35,7 +43,12 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
     :param columns: the columns to load (default: all).
     :param max_rows_per_batch: cap on rows per offset batch.
     :param num_partitions: parallel JDBC reads, split by key range.
-    :param boundary: ``offsets`` or ``interval``.
+    :param boundary: ``offsets`` or ``interval``. Interval batches of one pipeline never
+        overlap: an interval that overlaps one already frozen is refused with
+        :class:`~airflow_eod.core.errors.OverlappingIntervalError`.
+    :param null_keys: rows whose key is NULL are loaded by no batch; planning counts them:
+        ``warn`` (default: a warning in the task log, and ``null_key_rows`` on the result)
+        or ``fail`` (:class:`~airflow_eod.core.errors.NullKeyError`, ends the task at once).
     """
 
     template_fields: Sequence[str] = (*BaseDeltaLoadOperator.template_fields, "source_table")
@@ -51,11 +64,13 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
         max_rows_per_batch: int | None = None,
         num_partitions: int = 1,
         boundary: Boundary = "offsets",
+        null_keys: NullKeys = "warn",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         choice("key_type", key_type, KEY_TYPES)
         choice("boundary", boundary, BOUNDARIES)
+        choice("null_keys", null_keys, NULL_KEY_POLICIES)
         if boundary == "interval" and key_type != "timestamp":
             raise ConfigurationError("boundary='interval' needs a timestamp key (key_type='timestamp')")
         self.jdbc_conn_id = jdbc_conn_id
@@ -66,6 +81,7 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
         self.max_rows_per_batch = max_rows_per_batch
         self.num_partitions = num_partitions
         self.boundary = boundary
+        self.null_keys = null_keys
 
     @cached_property
     def hook(self) -> JdbcSourceHook:
@@ -83,6 +99,7 @@ class JdbcToDeltaOperator(BaseDeltaLoadOperator):
             num_partitions=self.num_partitions,
             boundary=self.boundary,
             driver=self.hook.driver,
+            null_keys=self.null_keys,
         )
 
     def lineage_inputs(self) -> list[tuple[str, str]]:

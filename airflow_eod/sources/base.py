@@ -41,12 +41,14 @@ class ReadContext:
         declared schema lacks does when read (``fail`` or ``add_columns``).
     :param fail_fast: read records that do not parse or fit the schema as a failure of the
         first action (Spark's FAILFAST) instead of keeping them in a corrupt-record column.
+    :param facts: what planning found that the load result reports (``null_key_rows``).
     """
 
     spark_factory: Callable[[], SparkSession] | None = None
     credentials: Credentials | None = None
     schema_drift: str = "fail"
     fail_fast: bool = False
+    facts: dict[str, Any] = field(default_factory=dict)
     _spark: Any = None
 
     @property

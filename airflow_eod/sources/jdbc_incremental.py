@@ -4,8 +4,11 @@ With ``boundary="offsets"`` a batch is the frozen key range ``(low, high]``: ``h
 once, at planning, and ``low`` is the ``high`` of the pipeline's previous batch. Rows
 inserted after planning have keys above ``high`` and wait for the next batch. With
 ``boundary="interval"`` a batch is ``start <= key < end`` over the DAG run's data interval
-(a timestamp key). The planned row count is frozen too: if the range holds a different
-number of rows when it is read, the batch fails (invariant I3).
+(a timestamp key). The planned row count is frozen too, and for PostgreSQL a fingerprint
+of the range's content (see :meth:`JdbcIncrementalSource._measure`): if the range holds
+other rows when it is read, the batch fails (invariant I3). Interval batches of one
+pipeline never overlap (:func:`airflow_eod.core.planner.refuse_overlaps`). Rows whose key
+is NULL belong to no batch: planning counts them, and warns or refuses (``null_keys``).
 
 Identifiers are validated and quoted; values reach SQL only as literals formatted from
 typed Python values (``int`` or ``datetime``). Credentials come from the read context and
@@ -14,6 +17,7 @@ are never stored in the plan, the spec or the commit.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -22,15 +26,34 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
+from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError, NullKeyError
 from airflow_eod.core.offset_history import OffsetHistory
-from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, choice
+from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, NULL_KEY_POLICIES, choice
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.sources.base import ReadContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+POSTGRES_DRIVER = "org.postgresql.Driver"
+# Session settings that decide how PostgreSQL renders a row as text, pinned for the content
+# fingerprint: planning (libpq) and the check before the commit (libpq, or pgjdbc in a
+# submitted driver) must render the same row the same way, whatever the role's defaults.
+_PG_RENDERING = (
+    "SET TIME ZONE 'UTC'",
+    "SET DateStyle TO ISO",
+    "SET IntervalStyle TO postgres",
+    "SET extra_float_digits TO 3",
+    "SET bytea_output TO hex",
+)
+# The fingerprint: the sum of each 32-bit quarter of every row's md5 (order-independent;
+# a sum, unlike XOR, does not cancel out two identical rows changed alike).
+_FINGERPRINT_PARTS = ", ".join(
+    f"COALESCE(SUM(('x' || substr(h, {i}, 8))::bit(32)::int), 0)" for i in (1, 9, 17, 25)
+)
 
 # java.sql.Types.TIMESTAMP and TIMESTAMP_WITH_TIMEZONE
 _JDBC_TIMESTAMPS = (93, 2014)
@@ -132,6 +155,9 @@ class JdbcIncrementalSource:
     :param num_partitions: parallel JDBC reads, split by key range.
     :param boundary: ``offsets`` or ``interval``.
     :param driver: the JDBC driver class.
+    :param null_keys: what rows whose key is NULL (never loaded by any batch) do at
+        planning: ``warn`` (a warning with their count, and ``null_key_rows`` on the result)
+        or ``fail`` (:class:`~airflow_eod.core.errors.NullKeyError`).
     """
 
     url: str
@@ -145,6 +171,7 @@ class JdbcIncrementalSource:
     driver: str = "org.postgresql.Driver"
     fetch_size: int = 10_000
     extra: dict[str, Any] = field(default_factory=dict)
+    null_keys: str = "warn"
 
     def __post_init__(self) -> None:
         if not self.url.startswith("jdbc:"):
@@ -155,6 +182,7 @@ class JdbcIncrementalSource:
             )
         choice("key_type", self.key_type, KEY_TYPES)
         choice("boundary", self.boundary, BOUNDARIES)
+        choice("null_keys", self.null_keys, NULL_KEY_POLICIES)
         if self.boundary == "interval" and self.key_type != "timestamp":
             raise ConfigurationError("boundary='interval' needs a timestamp key (key_type='timestamp')")
         if self.num_partitions < 1 or (self.max_rows_per_batch is not None and self.max_rows_per_batch < 1):
@@ -221,15 +249,23 @@ class JdbcIncrementalSource:
 
         :param build: the statement, given whether the key is a zoned timestamp.
         """
-        native = postgres_conninfo(self.url) if self.driver == "org.postgresql.Driver" else None
+        native = postgres_conninfo(self.url) if self._postgres else None
         if any(os.environ.get(v) for v in _LIBPQ_REDIRECTS):
             native = None  # libpq would connect elsewhere than pgjdbc does
         module = _dbapi() if native is not None else None
         if native is not None and module is not None:
             return self._query_native(module, native, ctx, build, label)
-        return self._connected(
-            ctx, label, lambda jvm, conn: self._one_row(jvm, conn, build(self._zoned(conn)))
-        )
+
+        def work(jvm: Any, conn: Any) -> list[Any]:
+            for statement in _PG_RENDERING if self._postgres else ():
+                conn.createStatement().execute(statement)
+            return self._one_row(jvm, conn, build(self._zoned(conn)))
+
+        return self._connected(ctx, label, work)
+
+    @property
+    def _postgres(self) -> bool:
+        return self.driver == POSTGRES_DRIVER
 
     def _connected(self, ctx: ReadContext, label: str | None, work: Callable[[Any, Any], Any]) -> Any:
         """``work(jvm, connection)`` on a read-only JDBC connection to the source."""
@@ -284,7 +320,8 @@ class JdbcIncrementalSource:
             try:
                 cur = conn.cursor()
                 cur.execute("SET TRANSACTION READ ONLY")
-                cur.execute("SET DateStyle TO ISO")
+                for statement in _PG_RENDERING:
+                    cur.execute(statement)
                 zoned = False
                 if self.key_type == "timestamp":
                     cur.execute(f"SELECT {self._k} FROM {self._t} WHERE 1 = 0")
@@ -350,6 +387,53 @@ class JdbcIncrementalSource:
 
         return int(self._query(ctx, sql, label)[0])
 
+    def _measure(self, ctx: ReadContext, boundary: dict[str, Any], label: str | None) -> dict[str, Any]:
+        """What the range holds, as the plan freezes it: ``rows``, and for PostgreSQL a
+        ``fingerprint`` of the content of exactly the columns read, computed by the database
+        in the same statement (one snapshot): an UPDATE of a row, or a DELETE and re-INSERT
+        that keeps the count, changes it. Other databases are checked by the count alone."""
+        if not self._postgres:
+            return {"rows": self._count(ctx, boundary, label)}
+        cols = ", ".join(quote_identifier(c, "column") for c in self.columns) if self.columns else "*"
+
+        def sql(zoned: bool) -> str:
+            rows = f"SELECT {cols} FROM {self._t} WHERE {self._range(boundary, zoned)}"
+            return (
+                f"SELECT COUNT(*) AS n, concat_ws(':', 'md5sum', {_FINGERPRINT_PARTS}) AS fp "
+                f"FROM (SELECT md5(eod_r::text) AS h FROM ({rows}) eod_r) eod_h"
+            )
+
+        rows, fp = self._query(ctx, sql, label)
+        return {"rows": int(rows), "fingerprint": str(fp)}
+
+    def _null_key_rows(self, ctx: ReadContext, label: str | None) -> int:
+        def sql(_zoned: bool) -> str:
+            return f"SELECT COUNT(*) AS n FROM {self._t} WHERE {self._k} IS NULL"
+
+        return int(self._query(ctx, sql, label)[0])
+
+    def _check_null_keys(self, ctx: ReadContext, label: str) -> None:
+        """Count the rows no batch loads (their key is NULL): warn, or refuse (``null_keys``)."""
+        n = self._null_key_rows(ctx, label)
+        ctx.facts["null_key_rows"] = n
+        if n == 0:
+            return
+        what = (
+            f"{n} row(s) of {self.table} have a NULL {self.key_column}: no batch of a key range ever "
+            "loads them"
+        )
+        fix = (
+            f"give them a {self.key_column} (above the pipeline's frontier for offset batches, so the "
+            "next batch loads them) or delete them"
+        )
+        if self.null_keys == "fail":
+            raise NullKeyError(
+                label,
+                f"{what}, and null_keys='fail': nothing was loaded. To go on, {fix}, or set "
+                "null_keys='warn'",
+            )
+        log.warning("batch %s: %s (null_keys='warn'); %s", label, what, fix)
+
     # -- planning ----------------------------------------------------------------
     def _next_offsets(
         self, ctx: ReadContext
@@ -382,6 +466,8 @@ class JdbcIncrementalSource:
             if self.key_type == "integer":
                 high = int(high)
             boundary = {"table": self.table, "key_column": self.key_column, "low": low, "high": high}
+            if self._postgres:  # the count and the content of the frozen range, one snapshot
+                return boundary, [self._measure(ctx, boundary, None)]
             return boundary, [{"rows": int(rows)}]
 
         return next_offsets
@@ -400,37 +486,58 @@ class JdbcIncrementalSource:
             interval = require_interval(interval)
             label = BatchKey.for_interval(plan_log.pipeline_id, *interval).label
             boundary = {"start": interval[0].isoformat(), "end": interval[1].isoformat()}
+            # Before the plan is frozen: rows given their key as the fix fall in the interval.
+            self._check_null_keys(ctx, label)
             return plan_interval_batch(
                 plan_log,
                 start=interval[0],
                 end=interval[1],
-                inputs=lambda: [{"rows": self._count(ctx, boundary, label)}],
+                inputs=lambda: [self._measure(ctx, boundary, label)],
                 source=self.identity(),
+                exclusive=True,
             )
-        return plan_offset_batch(
+        plan = plan_offset_batch(
             plan_log,
             run_token=run_token,
             is_committed=is_committed,
             next_offsets=self._next_offsets(ctx),
             source=self.identity(),
         )
+        # After it: the NULL-key rows are in no range, so the batch is named, and a fix that
+        # gives them keys above its frontier leaves it as frozen.
+        self._check_null_keys(ctx, plan.key.label if plan else f"{plan_log.pipeline_id}/(no new batch)")
+        return plan
 
     def replan(self, plan: Plan, generation: int, ctx: ReadContext, *, committed: bool = True) -> Plan:
-        """The same key range, with its row count as it is now (restatement or re-freeze)."""
-        inputs = [{"rows": self._count(ctx, plan.boundary, plan.key.label)}]
+        """The same key range, with its rows (count and fingerprint) as they are now
+        (restatement or re-freeze)."""
+        inputs = [self._measure(ctx, plan.boundary, plan.key.label)]
         return replace(plan, inputs=inputs, generation=generation, planned_at="", source=self.identity())
 
     def verify(self, plan: Plan, ctx: ReadContext) -> None:
-        """Fail if the key range no longer holds the planned number of rows (I3)."""
-        planned = int(plan.inputs[0]["rows"])
-        now = self._count(ctx, plan.boundary, plan.key.label)
-        if now != planned:
+        """Fail if the key range no longer holds the planned rows (I3): another count, or
+        (plans with a fingerprint) the same count of other content. A plan written before
+        fingerprints existed is checked by its count."""
+        frozen = plan.inputs[0]
+        planned = int(frozen["rows"])
+        now = self._measure(ctx, plan.boundary, plan.key.label)
+        way_out = (
+            "nothing was committed. Re-freeze it on purpose to load it as it is now: trigger a run "
+            f"with restate=True and restate_batch_key={plan.batch_key}"
+        )
+        where = f"the source range {self._describe(plan.boundary)} of {self.table}"
+        if now["rows"] != planned:
             raise InputChangedError(
                 plan.key.label,
-                f"the source range {self._describe(plan.boundary)} of {self.table} held {planned} rows "
-                f"when planned and holds {now} now (rows were updated, deleted or inserted below the "
-                "key frontier); nothing was committed. Re-freeze it on purpose to load it as it is now: "
-                f"trigger a run with restate=True and restate_batch_key={plan.batch_key}",
+                f"{where} held {planned} rows when planned and holds {now['rows']} now (rows were "
+                f"updated, deleted or inserted below the key frontier); {way_out}",
+            )
+        if "fingerprint" in frozen and "fingerprint" in now and frozen["fingerprint"] != now["fingerprint"]:
+            raise InputChangedError(
+                plan.key.label,
+                f"{where} holds {planned} rows as planned, but their content changed since (content "
+                f"fingerprint {frozen['fingerprint']} when planned, {now['fingerprint']} now: a row was "
+                f"updated, or deleted and inserted again); {way_out}",
             )
 
     def _describe(self, boundary: dict[str, Any]) -> str:
