@@ -762,6 +762,7 @@ class ChaosMachine(RuleBasedStateMachine):
         REPORT.attempts += 1
         if code == -9:
             REPORT.count("kills", phase)
+            REPORT.count("events", f"sigkill_in_{'short' if self.short else 'default'}_retention")
             return
         REPORT.count("kills_missed", phase)
         if code == 0 and outcome is not None:
