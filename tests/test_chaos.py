@@ -40,6 +40,8 @@ def test_generated_histories_load_every_row_exactly_once(
     base_seed = int(os.environ.get("EOD_CHAOS_SEED", "20261124"))
     # Half of CI's trials get a SIGKILL (a JVM each); long runs set their own share.
     monkeypatch.setenv("EOD_CHAOS_KILL_PERCENT", os.environ.get("EOD_CHAOS_KILL_PERCENT", "50"))
+    # One SIGKILL per armed trial here (CI's time); the kill share has a test of its own below.
+    monkeypatch.setenv("EOD_CHAOS_MAX_KILLS", os.environ.get("EOD_CHAOS_MAX_KILLS", "1"))
     monkeypatch.setitem(SPARK, "postgres", chaos_postgres)
     # The machine arms and disarms EOD_FAULTPOINTS itself, step by step and from its worker
     # threads (tests/chaos/machine.py; benchmarks/chaos.py runs it outside pytest too), so it
