@@ -118,7 +118,9 @@ def test_jdbc_rows_changed_below_the_frontier_are_modelled_exactly(
         for name in ("jdbc", "jdbci"):
             pipe = m.pipes[name]
             h = m.hist(pipe)
-            check_jdbc_batches(h.at, h.now(), m.target(pipe), pipe.pipeline_id, h.key, verdict)
+            check_jdbc_batches(
+                h.at, h.now(), m.target(pipe), pipe.pipeline_id, h.key, verdict, offsets=name == "jdbc"
+            )
         assert verdict.clean and verdict.rows > 0, verdict
         assert not m.problems, m.problems
         assert REPORT.refusals["overlapping_interval"] >= 1

@@ -909,6 +909,7 @@ class ChaosMachine(RuleBasedStateMachine):
                         hist.key,
                         verdict,
                         due_keys=due,
+                        offsets=pipe == "jdbc",
                     )
             REPORT.duplicates += len(verdict.duplicates)
             REPORT.losses += len(verdict.losses)

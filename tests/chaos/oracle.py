@@ -297,6 +297,7 @@ def check_jdbc_batches(
     verdict: Verdict,
     *,
     due_keys: set[str] | None = None,
+    offsets: bool = False,
 ) -> None:
     """A JDBC pipeline's table against the source's history: each committed batch holds
     exactly the rows its range held when the batch was frozen (a row changed, deleted or
@@ -308,6 +309,7 @@ def check_jdbc_batches(
     :param at: the source's rows at a moment (``JdbcHistory.at``).
     :param now: the source's rows at the end of the trial.
     :param due_keys: interval batches the history committed (their runs succeeded).
+    :param offsets: an offset pipeline, drained: every keyed row is due.
     """
     name = os.path.basename(table)
     batches = committed_batches(table, pipeline_id)
@@ -327,6 +329,8 @@ def check_jdbc_batches(
         top = max((r[0] for r in now if r[0] is not None), default=None)
         if top is not None and top > ordered[-1].high:
             verdict.losses.append(f"{name}: keys up to {top} are above the frontier {ordered[-1].high}")
+    if offsets and not batches and any(r[0] is not None for r in now):
+        verdict.losses.append(f"{name}: the source holds keyed rows and no batch was committed")
     if due_keys:
         for key in sorted(due_keys - {b.key for b in batches}):
             verdict.losses.append(f"{name}: batch {key} was committed by its run and is not in the table")
