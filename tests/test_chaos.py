@@ -125,7 +125,7 @@ def test_jdbc_rows_changed_below_the_frontier_are_modelled_exactly(
         assert not m.problems, m.problems
         assert REPORT.refusals["overlapping_interval"] >= 1
         assert REPORT.events["refreeze_by_runbook"] >= 1
-        assert REPORT.events["null_key_rows_not_on_result"] == 0
+        assert REPORT.events["null_key_rows_checked"] >= 1
         # The checker can fail: another writer appends a copy of a committed row.
         copy = DeltaTable(m.jdbc_table).to_pyarrow_table().slice(0, 1)
         write_deltalake(m.jdbc_table, copy, mode="append")

@@ -426,8 +426,13 @@ class ChaosMachine(RuleBasedStateMachine):
             return
         counted = getattr(result, "null_key_rows", None)
         if counted is None:
+            if run.restate:  # a re-freeze or restatement names its batch: nothing is planned
+                REPORT.count("events", "null_key_rows_not_on_a_restatement")
+                return
             REPORT.count("events", "null_key_rows_not_on_result")
+            self.problems.append(f"{run.token}: a committed JDBC load without null_key_rows")
             return
+        REPORT.count("events", "null_key_rows_checked")
         held = self.hist(run.pipe).null_counts_since(run.since)
         if counted not in held:
             self.problems.append(
@@ -454,7 +459,9 @@ class ChaosMachine(RuleBasedStateMachine):
         or, in a trial with a SIGKILL to spend, the SIGKILL of a child process."""
         if r.random() < 0.4:
             return None
-        if self.kills < self.kill_budget and r.random() < 0.5:
+        # In an armed trial three faults in four are SIGKILLs: a tenth of all load attempts
+        # and more (retries and the drain's tries are attempts too, never killed).
+        if self.kills < self.kill_budget and r.random() < 0.75:
             self.kills += 1
             # Where it lands is chosen once the try's run is known (killed_try): among the
             # points that try reaches.
