@@ -7,8 +7,9 @@ over one landing directory, an interval pipeline whose directory is rendered fro
 interval, and two mapped instances of another one; their own tables for a drifting
 offset pipeline and, with PostgreSQL, a JDBC offset and a JDBC interval pipeline), a random
 history of landings, input changes, row changes below the JDBC frontier, loads, backfills,
-restatements, zombies, SIGKILLs and another writer's maintenance, then the drain (faults stop, every failed run is cleared and retried, a batch
-whose input changed is re-frozen, as docs/runbook.md says) and the checks. Hypothesis
+restatements, zombies, SIGKILLs and another writer's maintenance, then the drain (faults
+stop, every failed run is cleared and retried, a batch whose input changed is re-frozen, as
+docs/runbook.md says) and the checks. Hypothesis
 shrinks a failing history and replays it from its seed.
 """
 
