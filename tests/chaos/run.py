@@ -84,5 +84,8 @@ def _chunks(
             REPORT.failing_seeds.append(f"{chunk_seed} (replay: --seed {chunk_seed} --trials {n})")
             say(f"chaos: seed {chunk_seed} FAILED:\n{failure}")
         say(f"chaos: seed {chunk_seed}: {REPORT.trials - before} trial(s), {'FAILED' if failure else 'ok'}")
+        # The running totals after each chunk: a long run cut short still says where it stood.
+        say(f"chaos: so far: {REPORT.trials} trials; " + REPORT.lines()[6][len("chaos: ") :])
+        say(REPORT.kill_line())
         done += n
         chunk += 1
