@@ -136,6 +136,7 @@ class Run:
     restate: bool = False
     restate_key: str | None = None
     since: int = 0  # the source's snapshot when the run began (JDBC pipelines)
+    tried: bool = False  # a try of the run has started (it may have frozen the batch)
     done: bool = False
     errors: list[str] = field(default_factory=list)
 
@@ -357,6 +358,7 @@ class ChaosMachine(RuleBasedStateMachine):
         REPORT.count("events", "attempt")
         REPORT.attempts += 1
         self._before_attempt(run)
+        run.tried = True
         request, source, settings = self._request(run, try_no)
         spark = SPARK["session"]
         target, creds = self.target(run.pipe), self.credentials(run.pipe)
@@ -442,11 +444,14 @@ class ChaosMachine(RuleBasedStateMachine):
 
     def dag_run(self, run: Run, fault: str | None = None, retries: int = 2) -> BaseException | None:
         """A run with Airflow's retries: the first try may carry a fault, and a SIGKILL fault
-        runs that try in a child process of its own."""
+        runs that try in a child process of its own. The fault a SIGKILL stands for (a
+        worker's OOM, a lost node) may strike the first retry again; the last try is left."""
         err: BaseException | None = None
         for i in range(retries + 1):
-            if i == 0 and fault is not None and fault.startswith(KILL):
-                self.killed_try(run, fault[len(KILL) :])
+            again = i == 1 and fault is not None and fault.startswith(KILL) and self.kill_again(run)
+            if (i == 0 and fault is not None and fault.startswith(KILL)) or again:
+                assert fault is not None
+                self.killed_try(run, fault[len(KILL) :] if i == 0 else self.draw_kill(run))
                 if run.done:
                     return None
                 continue
@@ -454,6 +459,18 @@ class ChaosMachine(RuleBasedStateMachine):
             if err is None or _documented_refusal(err):
                 return err
         return err
+
+    def kill_again(self, run: Run) -> bool:
+        """Whether the retry of a SIGKILLed try is SIGKILLed too (one in three, while the
+        trial's budget lasts)."""
+        if self.kills >= self.kill_budget:
+            return False
+        return random.Random(self.seed * 31 + self.tries).random() < 1 / 3
+
+    def draw_kill(self, run: Run) -> str:
+        self.kills += 1
+        r = random.Random(self.seed * 37 + self.tries)
+        return f"{r.random():.6f}|{r.random():.6f}"
 
     def draw_fault(self, r: random.Random) -> str | None:
         """A fault for a run's first try: none in two of five, else a raise at any boundary,
@@ -728,15 +745,21 @@ class ChaosMachine(RuleBasedStateMachine):
         if run.interval is not None and not run.restate:
             if _interval_key(run) in self.committed_keys.get(run.pipe.name, set()):
                 return FREEZE_ONLY
+        if self.short and run.tried:
+            # A retry seconds after its run froze the batch: the short window has passed, so
+            # the try is refused (RetentionWindowError) after the freeze, before the write.
+            return FREEZE_ONLY
         return sorted(KILL_PHASES)
 
     def killed_try(self, run: Run, fault: str) -> None:
         """A try in a warm child process of its own (``tests/chaos/attempt.py``), SIGKILLed
         at a named point it reaches or at a random moment of its read and write."""
         pick, _, when = fault.partition("|")
-        # New input first, so that the killed try has something to plan, write and commit.
+        # New input first, so that the killed try has something to plan, write and commit
+        # (not for a retry: its batch is frozen, and new rows in its range would change it).
         r = random.Random(self.seed + self.tries)
-        self.new_input_for(run, r)
+        if not run.tried:
+            self.new_input_for(run, r)
         points = self.kill_points(run)
         if not points:
             REPORT.count("faults", "sigkill(no point this try reaches: run in-process)")
@@ -767,6 +790,7 @@ class ChaosMachine(RuleBasedStateMachine):
         }
         if run.pipe.name == "jdbci" and run.interval is not None:
             self.jdbci_frozen.append(run.interval)
+        run.tried = True
         code, outcome = CHILDREN.take().run(args, spec)
         REPORT.attempts += 1
         if code == -9:
