@@ -2,11 +2,12 @@
 PostgreSQL, each checked row by row (docs/testing.md).
 
     python -m benchmarks.chaos --trials 500 --seed 1 [--per-chunk 10] [--steps 14]
-                               [--kill-percent 20] [--shrink] [--no-postgres]
+                               [--kill-percent 20] [--max-kills 6] [--shrink] [--no-postgres]
 
 Trials run in chunks; chunk ``i`` is generated from seed ``--seed + i``, so a failing chunk is
 replayed exactly with ``--seed S --trials N`` (``--shrink`` lets Hypothesis cut the failing
-history down first). Prints the counters (trials, faults by kind, outcomes, refusals) and the
+history down first). Prints the counters (trials, faults by kind, outcomes, refusals, load
+attempts and the SIGKILLs landed by point, with the kill share in % of load attempts) and the
 duplicates, losses, wrong rows, wedged pipelines and audit errors found, with the seed of
 every failing chunk; exits 1 if any. Not a benchmark of speed: it is here because it runs
 for long, like the benchmarks.
@@ -35,11 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="seed of the first chunk")
     parser.add_argument("--per-chunk", type=int, default=10, help="trials generated from one seed")
     parser.add_argument("--steps", type=int, default=14, help="at most this many steps per history")
-    parser.add_argument("--kill-percent", type=int, default=20, help="share of trials with a SIGKILL")
+    parser.add_argument("--kill-percent", type=int, default=20, help="share of trials with SIGKILLs")
+    parser.add_argument("--max-kills", type=int, default=6, help="SIGKILLs at most in one trial")
     parser.add_argument("--shrink", action="store_true", help="shrink a failing history (slow)")
     parser.add_argument("--no-postgres", action="store_true", help="leave the JDBC pipeline out")
     args = parser.parse_args(argv)
     os.environ["EOD_CHAOS_KILL_PERCENT"] = str(args.kill_percent)
+    os.environ["EOD_CHAOS_MAX_KILLS"] = str(args.max_kills)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["EOD_FAULTPOINTS_TESTING"] = "1"  # the harness's faults are test-only points
     logging.getLogger("py4j").setLevel(logging.WARNING)

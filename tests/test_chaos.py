@@ -10,6 +10,8 @@ histories, ``EOD_CHAOS_SHRINK=1`` lets Hypothesis shrink a failing one. Long run
 from __future__ import annotations
 
 import os
+import random
+import shutil
 from typing import Any
 
 import pytest
@@ -38,6 +40,8 @@ def test_generated_histories_load_every_row_exactly_once(
     base_seed = int(os.environ.get("EOD_CHAOS_SEED", "20261124"))
     # Half of CI's trials get a SIGKILL (a JVM each); long runs set their own share.
     monkeypatch.setenv("EOD_CHAOS_KILL_PERCENT", os.environ.get("EOD_CHAOS_KILL_PERCENT", "50"))
+    # One SIGKILL per armed trial here (CI's time); the kill share has a test of its own below.
+    monkeypatch.setenv("EOD_CHAOS_MAX_KILLS", os.environ.get("EOD_CHAOS_MAX_KILLS", "1"))
     monkeypatch.setitem(SPARK, "postgres", chaos_postgres)
     # The machine arms and disarms EOD_FAULTPOINTS itself, step by step and from its worker
     # threads (tests/chaos/machine.py; benchmarks/chaos.py runs it outside pytest too), so it
@@ -60,3 +64,95 @@ def test_generated_histories_load_every_row_exactly_once(
     assert report.trials >= trials
     assert sum(report.outcomes.values()) > 0, "the trials loaded nothing: the harness is broken"
     assert report.failures == 0 and not report.failing_seeds, "\n".join(lines + report.lines())
+
+
+def test_jdbc_rows_changed_below_the_frontier_are_modelled_exactly(
+    spark: Any, postgres: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JDBC rules, driven by hand: committed ranges changed afterwards (UPDATE, DELETE,
+    DELETE and re-INSERT under the same key) keep their committed rows; NULL-key rows are never
+    loaded and are counted on the result; a row of a frozen batch updated before the retry
+    fails the retry with InputChangedError and the drain re-freezes it; a mid-day manual run
+    over a committed day of the JDBC interval pipeline is refused. The checker passes the
+    tables, and reports a row another writer appended twice. (Before this the harness had
+    no such rules; on 013035f the update before the retry was committed silently.)"""
+    from deltalake import DeltaTable, write_deltalake
+
+    from airflow_eod.core.errors import InputChangedError
+    from tests.chaos.jdbc_world import keyed
+    from tests.chaos.machine import OVERLAP_ERROR, ChaosMachine
+    from tests.chaos.oracle import Verdict, check_jdbc_batches
+
+    monkeypatch.setitem(SPARK, "session", spark)
+    monkeypatch.setitem(SPARK, "postgres", postgres)
+    monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
+    REPORT.__init__()  # type: ignore[misc]
+    m = ChaosMachine()
+    m.setup(seed=18)
+    m.kill_budget = 0
+    m.jdbc_batch = None  # one batch takes every new row: the updated row is in the frozen range
+    r = random.Random(18)
+    try:
+        m._insert(r, 4)
+        assert m.dag_run(m.new_run(m.pipes["jdbc"])) is None
+        hist = m.jdbc_hist
+        rows = sorted(keyed(hist.now()))
+        hist.update(rows[0], r)
+        hist.delete(rows[1])
+        hist.reinsert(rows[2], r)
+        hist.insert([None, None], r)
+        # A batch frozen by a try that died, one of its rows updated (the count kept).
+        m._insert(r, 2)
+        run = m.new_run(m.pipes["jdbc"])
+        m.attempt(run, "after_plan=raise")
+        fresh = [row for row in keyed(hist.now()) if row[0] > 4]
+        hist.update(fresh[0], r)
+        assert isinstance(m.dag_run(run), InputChangedError)
+        # The interval pipeline: a day, then a manual run at noon over it and the day before.
+        m._insert_ts(r, 4, 1)
+        assert m.dag_run(m.new_run(m.pipes["jdbci"], m.interval_for(1, "daily"))) is None
+        midday = m.dag_run(m.new_run(m.pipes["jdbci"], m.interval_for(0, "midday", 12)))
+        assert OVERLAP_ERROR is not None and isinstance(midday, OVERLAP_ERROR)
+        assert not m.drain()
+        verdict = Verdict()
+        for name in ("jdbc", "jdbci"):
+            pipe = m.pipes[name]
+            h = m.hist(pipe)
+            check_jdbc_batches(
+                h.at, h.now(), m.target(pipe), pipe.pipeline_id, h.key, verdict, offsets=name == "jdbc"
+            )
+        assert verdict.clean and verdict.rows > 0, verdict
+        assert not m.problems, m.problems
+        assert REPORT.refusals["overlapping_interval"] >= 1
+        assert REPORT.events["refreeze_by_runbook"] >= 1
+        assert REPORT.events["null_key_rows_checked"] >= 1
+        # The checker can fail: another writer appends a copy of a committed row.
+        copy = DeltaTable(m.jdbc_table).to_pyarrow_table().slice(0, 1)
+        write_deltalake(m.jdbc_table, copy, mode="append")
+        broken = Verdict()
+        h = m.jdbc_hist
+        check_jdbc_batches(h.at, h.now(), m.jdbc_table, "chaos.jdbc", "k", broken)
+        assert broken.duplicates, broken
+    finally:
+        postgres.execute(f"DROP TABLE IF EXISTS {m.jdbc_name}")
+        postgres.execute(f"DROP TABLE IF EXISTS {m.jdbc_name}_ts")
+        shutil.rmtree(m.tmp, ignore_errors=True)
+
+
+def test_sigkills_land_in_at_least_a_tenth_of_the_load_attempts(
+    spark: Any, chaos_postgres: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every trial armed (EOD_CHAOS_KILL_PERCENT=100), at least 10% of the load attempts
+    end in a SIGKILL of the try, in trials of either retention. (Before: kills went only to
+    trials with the default retention, at most one per trial, often at points the try never
+    reached: seed 77001, 36 trials, --kill-percent 70 landed 4 kills in 620 attempts.)"""
+    monkeypatch.setenv("EOD_CHAOS_KILL_PERCENT", "100")
+    monkeypatch.setitem(SPARK, "postgres", chaos_postgres)
+    monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
+    REPORT.__init__()  # type: ignore[misc]
+    lines: list[str] = []
+    report = run_trials(spark, trials=2, base_seed=18_005, per_chunk=2, steps=8, say=lines.append)
+    text = "\n".join(lines + report.lines())
+    assert report.failures == 0 and not report.failing_seeds, text
+    assert sum(report.kills.values()) >= 2, text
+    assert report.kill_share >= 10.0, text

@@ -145,3 +145,55 @@ def test_chaos_checker_finds_two_versions_of_a_path_with_fifteen_versions(tmp_pa
     t = str(tmp_path / "t")
     _table(t, [*state.versions[0].rows, *state.versions[-1].rows])
     assert check_tables(world, t, None).duplicates
+
+
+def _keyed_table(uri: str, rows: list[tuple[Any, str, int, str]]) -> None:
+    data = pa.table(
+        {
+            "k": pa.array([r[0] for r in rows], pa.int64()),
+            "id": pa.array([r[1] for r in rows], pa.string()),
+            "n": pa.array([r[2] for r in rows], pa.int32()),
+            "part": pa.array([r[3] for r in rows], pa.string()),
+        }
+    )
+    write_deltalake(uri, data, mode="append")
+
+
+def test_the_jdbc_check_holds_each_batch_to_its_rows_at_the_freeze(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each committed JDBC batch must hold its range's rows as they were when it was frozen:
+    a row updated in a committed range afterwards keeps its committed form; the new form, a
+    second copy, a NULL-key row, a row outside every range, overlapping ranges and a gap are
+    each reported. (Before, the JDBC check compared the table with the source as it is at the
+    end, so a change to a committed range read as a loss and a wrong row.)"""
+    from tests.chaos import oracle
+    from tests.chaos.oracle import Committed, Verdict, check_jdbc_batches
+
+    before = [(1, "a", 1, "x"), (2, "b", 2, "x"), (3, "c", 3, "x")]
+    after = [(1, "a", 99, "x"), (2, "b", 2, "x"), (3, "c", 3, "x"), (None, "z", 0, "x")]
+    history = {1.0: before, 2.0: after}
+
+    def at(moment: float) -> list[tuple[Any, ...]]:
+        return history[max(t for t in history if t <= moment)]
+
+    batches = [Committed("o-1", 0, None, 2, False, 1.5), Committed("o-2", 0, 2, 3, False, 1.5)]
+    monkeypatch.setattr(oracle, "committed_batches", lambda table, pid: batches)
+
+    def verdict_for(rows: list[tuple[Any, str, int, str]], name: str) -> Verdict:
+        uri = str(tmp_path / name)
+        _keyed_table(uri, rows)
+        v = Verdict()
+        check_jdbc_batches(at, after, uri, "p", "k", v, offsets=True)
+        return v
+
+    assert verdict_for(before, "committed").clean  # the committed form, not the source's now
+    assert verdict_for([after[0], *before[1:]], "new_form").wrong
+    assert verdict_for([*before, before[2]], "twice").duplicates
+    assert verdict_for(before[1:], "missing").losses
+    assert verdict_for([*before, (None, "z", 0, "x")], "null_key").wrong
+    assert verdict_for([*before, (7, "q", 0, "x")], "outside").wrong
+    batches[1] = Committed("o-2", 0, 1, 3, False, 1.5)  # overlaps (None, 2]
+    assert verdict_for(before, "overlap").duplicates
+    batches[1] = Committed("o-2", 0, 2, 2, False, 1.5)  # the frontier stops short of key 3
+    assert verdict_for(before[:2], "short").losses

@@ -1,55 +1,79 @@
 """One load attempt in a child process of its own, for a SIGKILL to hit.
 
-``python -m tests.chaos.attempt '<json>'`` runs what a task's try runs (plan or find the
-run's plan, ask, and only then read, write and commit in a local SparkSession) with the
-fault points of ``EOD_FAULTPOINTS``. The chaos harness kills it at a chosen boundary or at a
-random moment after one, then lets the retry run in the parent.
+``python -m tests.chaos.attempt --serve`` starts warm: it imports everything, starts its
+SparkSession (its own JVM, with the PostgreSQL driver where there is one), prints
+``READY`` and waits for one attempt as a JSON line on stdin. It then runs what a task's try
+runs (plan or find the run's plan, ask, and only then read, write and commit) with the fault
+points of the line's ``faults`` (``EOD_FAULTPOINTS``), prints ``RESULT <json>`` and exits.
+
+Warm children are why a SIGKILL lands where it is aimed: a try that first had to start a
+JVM (ten seconds and more on a loaded machine) planned long before it wrote, so in a trial
+whose table keeps transaction markers for three seconds its plan was refused as too old
+before it reached the write, and a timer aimed at the write fired at some other moment.
+The harness (``tests/chaos/machine.py``, :class:`WarmChildren`) keeps one child warming
+while the current one runs. A child whose stdin closes (the harness is gone) exits.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import datetime
 
+from airflow_eod.core.faults import ENV_VAR
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.sources import Credentials, ReadContext, source_from_dict
 from airflow_eod.spark.load_job import local_run, settle_committed
 
+READY = "READY"
+RESULT = "RESULT "
+POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
 
-def main(argv: list[str]) -> int:
-    args = json.loads(argv[0])
-    source = source_from_dict(args["source"])
-    creds = Credentials(*args["credentials"]) if args["credentials"] else None
-    interval = tuple(datetime.fromisoformat(t) for t in args["interval"]) if args["interval"] else None
-    holder: dict[str, object] = {}
 
-    def session() -> object:
-        if "spark" not in holder:
-            from airflow_eod.spark.session import get_session
-
-            holder["spark"] = get_session()
-        return holder["spark"]
-
+def run_attempt(args: dict[str, object], session: object) -> str:
+    """One try, as the harness describes it; returns the outcome."""
+    source = source_from_dict(args["source"])  # type: ignore[arg-type]
+    creds = Credentials(*args["credentials"]) if args["credentials"] else None  # type: ignore[misc]
+    interval = tuple(datetime.fromisoformat(t) for t in args["interval"]) if args["interval"] else None  # type: ignore[attr-defined]
     request = LoadRequest(
-        args["table"],
-        args["pipeline_id"],
-        args["run_token"],
+        args["table"],  # type: ignore[arg-type]
+        args["pipeline_id"],  # type: ignore[arg-type]
+        args["run_token"],  # type: ignore[arg-type]
         interval=interval,  # type: ignore[arg-type]
-        restate=args["restate"],
-        restate_batch_key=args["restate_batch_key"],
-        try_number=args["try_number"],
+        restate=args["restate"],  # type: ignore[arg-type]
+        restate_batch_key=args["restate_batch_key"],  # type: ignore[arg-type]
+        try_number=args["try_number"],  # type: ignore[arg-type]
     )
+    table = str(args["table"])
     result = load_batch(
         request,
         source,
-        ReadContext(spark_factory=session, credentials=creds),  # type: ignore[arg-type]
-        run=local_run(session, args["table"], source, credentials=creds, **args["settings"]),  # type: ignore[arg-type]
-        settle=lambda status: settle_committed(args["table"], status, args["try_number"]),
+        ReadContext(spark_factory=lambda: session, credentials=creds),  # type: ignore[arg-type]
+        run=local_run(lambda: session, table, source, credentials=creds, **args["settings"]),  # type: ignore[arg-type]
+        settle=lambda status: settle_committed(table, status, args["try_number"]),  # type: ignore[arg-type]
     )
-    print(json.dumps({"outcome": result.outcome}))
+    return result.outcome
+
+
+def serve() -> int:
+    from airflow_eod.spark.session import get_session
+
+    conf = {"spark.jars": POSTGRES_JDBC_JAR} if os.path.exists(POSTGRES_JDBC_JAR) else {}
+    spark = get_session(conf=conf)
+    spark.range(1).count()  # the first job's set-up is paid now, not by the try
+    print(READY, flush=True)
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0  # the harness is gone, or closed us: nothing to try
+    args = json.loads(line)
+    os.environ[ENV_VAR] = str(args.pop("faults"))
+    outcome = run_attempt(args, spark)
+    print(RESULT + json.dumps({"outcome": outcome}), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    if sys.argv[1:] != ["--serve"]:
+        sys.exit("usage: python -m tests.chaos.attempt --serve")
+    sys.exit(serve())

@@ -4,22 +4,21 @@ compares the table with what the world wrote.
 
 A trial is one run of the machine: a fresh table fed by four pipelines (an offset pipeline
 over one landing directory, an interval pipeline whose directory is rendered from the
-interval, and two mapped instances of another one), a random history of landings, input
-changes, loads, backfills, restatements, zombies, SIGKILLs and another writer's
-maintenance, then the drain (faults stop, every failed run is cleared and retried, a batch
-whose input changed is re-frozen, as docs/runbook.md says) and the checks. Hypothesis
+interval, and two mapped instances of another one; their own tables for a drifting
+offset pipeline and, with PostgreSQL, a JDBC offset and a JDBC interval pipeline), a random
+history of landings, input changes, row changes below the JDBC frontier, loads, backfills,
+restatements, zombies, SIGKILLs and another writer's maintenance, then the drain (faults
+stop, every failed run is cleared and retried, a batch whose input changed is re-frozen, as
+docs/runbook.md says) and the checks. Hypothesis
 shrinks a failing history and replays it from its seed.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -32,6 +31,7 @@ from deltalake import DeltaTable
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from airflow_eod.core import errors as eod_errors
 from airflow_eod.core.errors import (
     BatchError,
     ConfigurationError,
@@ -46,7 +46,9 @@ from airflow_eod.sources import Credentials, ReadContext
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import local_run, settle_committed
-from tests.chaos.oracle import check_jdbc, check_tables
+from tests.chaos.children import CHILDREN
+from tests.chaos.jdbc_world import JdbcHistory, day_time, keyed
+from tests.chaos.oracle import check_jdbc_batches, check_tables
 from tests.chaos.report import REPORT
 from tests.chaos.world import DDL, OPTIONAL, PARTS, REQUIRED, World
 
@@ -58,21 +60,39 @@ BASE = datetime(2026, 1, 1, tzinfo=UTC)
 DAYS = 5
 # Where an in-process attempt may die (the InjectedFault stands for the process dying).
 RAISE_POINTS = list(POINTS)  # every one of them
-# Where a child attempt is SIGKILLed: a boundary, or a random moment after one.
+# Where a child attempt is SIGKILLed: a named point, or a random moment of the read and
+# write (a timer started at ``before_write`` and, should the write be quicker than the timer,
+# ``after_commit`` at the latest). Each entry: the points the try must reach for it to land.
 KILL_PHASES = {
-    "planning": "after_plan=kill",
-    "reading_writing": "before_write=killafter:{delay}",
-    "staged": "after_stage=kill",
-    "committing": "before_commit=kill",
-    "recording": "before_record=kill",
-    "cleanup": "after_commit=killafter:{short}",
+    "after_plan": "after_plan=kill",
+    "reading_writing": "before_write=killafter:{delay},after_commit=kill",
+    "after_stage": "after_stage=kill",
+    "before_commit": "before_commit=kill",
+    "before_record": "before_record=kill",
     "after_commit": "after_commit=kill",
 }
+# A try that finds its batch committed reaches only the freeze.
+FREEZE_ONLY = ["after_plan"]
 ZOMBIE_POINTS = ["after_stage", "before_commit", "before_record"]
 KILL = "KILL:"
 INTERVAL_PIPES = ["int", "m0", "m1"]
 ALL_PIPES = ["off", *INTERVAL_PIPES]
 DICE = st.integers(0, 2**32 - 1)
+# The refusal of a JDBC interval that overlaps one the pipeline committed or froze (issue 18,
+# item 1); ``None`` on a tree that does not have it yet (then the overlap loads, and the
+# checker reports the rows it loaded twice).
+OVERLAP_ERROR: type[Exception] | None = getattr(eod_errors, "OverlappingIntervalError", None)
+# Changes to rows below the frontier (tests/chaos/jdbc_world.py).
+JDBC_CHANGES = ["update", "delete", "reinsert", "null_key"]
+# Recent in-process tries that committed, in seconds: a timer aimed at the write lands within it.
+WRITE_SECONDS: list[float] = []
+
+
+def _typical_write_seconds() -> float:
+    recent = sorted(WRITE_SECONDS[-40:])
+    return recent[len(recent) // 2] if recent else 0.5
+
+
 SHORT_RETENTION = {
     "delta.setTransactionRetentionDuration": "interval 3 seconds",
     "delta.logRetentionDuration": "interval 2 seconds",
@@ -115,6 +135,8 @@ class Run:
     interval: tuple[datetime, datetime] | None = None
     restate: bool = False
     restate_key: str | None = None
+    since: int = 0  # the source's snapshot when the run began (JDBC pipelines)
+    tried: bool = False  # a try of the run has started (it may have frozen the batch)
     done: bool = False
     errors: list[str] = field(default_factory=list)
 
@@ -147,7 +169,13 @@ def _documented_refusal(exc: BaseException) -> str | None:
         return "restate_with_a_file_gone"
     if isinstance(exc, BatchError) and "commit record and the commit itself are gone" in text:
         return "restate_without_record"
+    if OVERLAP_ERROR is not None and isinstance(exc, OVERLAP_ERROR):
+        return "overlapping_interval"
     return None
+
+
+def _overlaps(a: tuple[datetime, datetime], b: tuple[datetime, datetime]) -> bool:
+    return a != b and a[0] < b[1] and b[0] < a[1]
 
 
 class ChaosMachine(RuleBasedStateMachine):
@@ -164,6 +192,11 @@ class ChaosMachine(RuleBasedStateMachine):
         self.pg = SPARK.get("postgres")
         self.jdbc_name = f"chaos_{os.path.basename(self.tmp).replace('-', '_').lower()}"
         self.jdbc_key = 0
+        self.jdbci_table = os.path.join(self.tmp, "jdbci_table")
+        # Intervals of the JDBC interval pipeline a try may have frozen: what an overlapping
+        # interval is refused for.
+        self.jdbci_frozen: list[tuple[datetime, datetime]] = []
+        self.jdbci_due: set[str] = set()
         self.quarantine = os.path.join(self.tmp, "quarantine")
         self.runs: list[Run] = []
         self.tries = 0
@@ -175,7 +208,7 @@ class ChaosMachine(RuleBasedStateMachine):
         self.waits = 0
         self.kills = 0
         self.kill_percent = int(os.environ.get("EOD_CHAOS_KILL_PERCENT", "15"))
-        self.max_kills = int(os.environ.get("EOD_CHAOS_MAX_KILLS", "1"))
+        self.max_kills = int(os.environ.get("EOD_CHAOS_MAX_KILLS", "6"))
         self.problems: list[str] = []
         self.seed = 0
         self.step = 0
@@ -187,10 +220,12 @@ class ChaosMachine(RuleBasedStateMachine):
         self.seed = (seed + self.salt * 2_654_435_761) % 2**63
         self.rng = random.Random(self.seed)
         short, max_files, kill_roll = self.rng.random() < 0.5, self.rng.randint(1, 3), self.rng.randrange(100)
-        # SIGKILLs cost a JVM each: a share of the trials (EOD_CHAOS_KILL_PERCENT) get one.
-        # A child's JVM takes longer to start than the short retention window lasts (its plan
-        # would be refused as too old), so SIGKILLs go to trials with the default window.
-        self.kill_budget = self.max_kills if kill_roll < self.kill_percent and not short else 0
+        # SIGKILLs cost a JVM each: a share of the trials (EOD_CHAOS_KILL_PERCENT), with either
+        # retention, spend up to EOD_CHAOS_MAX_KILLS. The killed try runs in a warm child (its
+        # JVM started ahead, tests/chaos/children.py), so it plans, passes the retention check
+        # and writes within the short window; its retry, seconds later, may find the plan too
+        # old, and the drain re-freezes it as the runbook says (RetentionWindowError).
+        self.kill_budget = self.max_kills if kill_roll < self.kill_percent else 0
         self.world = World(os.path.join(self.tmp, "landing"), self.rng)
         self.config = dict(SHORT_RETENTION) if short else {}
         self.short = short
@@ -209,11 +244,14 @@ class ChaosMachine(RuleBasedStateMachine):
         self.all_pipes = [*ALL_PIPES, "drift"]
         if self.pg is not None:
             self.pipes["jdbc"] = Pipe("jdbc", "chaos.jdbc", "offsets", self.jdbc_name)
-            self.all_pipes.append("jdbc")
+            # A timestamp key over days, loaded by (daily, and odd) intervals.
+            self.pipes["jdbci"] = Pipe("jdbci", "chaos.jdbci", "interval", self.jdbc_name + "_ts")
+            self.all_pipes += ["jdbc", "jdbci"]
             self.jdbc_batch = self.rng.choice([None, 2, 5])
-            self.pg.execute(
-                f"CREATE TABLE {self.jdbc_name} (k bigint PRIMARY KEY, id text, n integer, part text)"
-            )
+            self.jdbc_hist = JdbcHistory(self.pg, self.jdbc_name, "k", PARTS)
+            self.jdbc_hist.create("bigint")
+            self.jdbci_hist = JdbcHistory(self.pg, self.jdbc_name + "_ts", "ts", PARTS)
+            self.jdbci_hist.create("timestamp")
         REPORT.count("events", "short_retention" if short else "default_retention")
 
     @invariant()
@@ -231,15 +269,24 @@ class ChaosMachine(RuleBasedStateMachine):
         return os.path.join(pipe.root, start.strftime("%Y-%m-%d"))
 
     def target(self, pipe: Pipe) -> str:
-        return {"jdbc": self.jdbc_table, "drift": self.drift_table}.get(pipe.name, self.table)
+        tables = {"jdbc": self.jdbc_table, "jdbci": self.jdbci_table, "drift": self.drift_table}
+        return tables.get(pipe.name, self.table)
 
     def credentials(self, pipe: Pipe) -> Credentials | None:
-        return Credentials(self.pg.user, self.pg.password) if pipe.name == "jdbc" else None
+        return Credentials(self.pg.user, self.pg.password) if pipe.name in ("jdbc", "jdbci") else None
 
     def source(self, pipe: Pipe, interval: tuple[datetime, datetime] | None) -> Any:
         if pipe.name == "jdbc":
             return JdbcIncrementalSource(
                 url=self.pg.jdbc_url, table=self.jdbc_name, key_column="k", max_rows_per_batch=self.jdbc_batch
+            )
+        if pipe.name == "jdbci":
+            return JdbcIncrementalSource(
+                url=self.pg.jdbc_url,
+                table=pipe.root,
+                key_column="ts",
+                key_type="timestamp",
+                boundary="interval",
             )
         if pipe.boundary == "offsets":
             return LandingFilesSource(
@@ -260,7 +307,9 @@ class ChaosMachine(RuleBasedStateMachine):
     ) -> Run:
         self.tokens += 1
         run = Run(pipe, f"{pipe.name}-run-{self.tokens}", interval, restate, key)
-        if interval is not None:
+        if pipe.name in ("jdbc", "jdbci"):
+            run.since = len(self.hist(pipe).snapshots) - 1
+        if interval is not None and pipe.name in INTERVAL_PIPES:
             os.makedirs(self.day_dir(pipe, interval[0]), exist_ok=True)
         self.runs.append(run)
         return run
@@ -291,7 +340,7 @@ class ChaosMachine(RuleBasedStateMachine):
             "run_id": run.token,
             "try_number": try_no,
             "partition_by": ["part"],
-            "quarantine_table_uri": None if run.pipe.name in ("jdbc", "drift") else self.quarantine,
+            "quarantine_table_uri": None if run.pipe.name in ("jdbc", "jdbci", "drift") else self.quarantine,
             "schema_drift": "add_columns" if run.pipe.name == "drift" else "fail",
             "table_configuration": self.config,
         }
@@ -309,10 +358,13 @@ class ChaosMachine(RuleBasedStateMachine):
         REPORT.count("events", "attempt")
         REPORT.attempts += 1
         self._before_attempt(run)
+        run.tried = True
         request, source, settings = self._request(run, try_no)
         spark = SPARK["session"]
         target, creds = self.target(run.pipe), self.credentials(run.pipe)
+        frozen_before = list(self.jdbci_frozen)
         self._arm(try_no, fault)
+        started = time.monotonic()
         try:
             result = load_batch(
                 request,
@@ -322,9 +374,15 @@ class ChaosMachine(RuleBasedStateMachine):
                 settle=lambda status: settle_committed(target, status, try_no),
             )
         except InjectedFault as exc:
+            if run.pipe.name == "jdbci" and run.interval is not None:
+                self.jdbci_frozen.append(run.interval)
             return exc
         except EodError as exc:
             refusal = _documented_refusal(exc)
+            if refusal == "overlapping_interval":
+                self._check_overlap_refusal(run, frozen_before, exc)
+            elif run.pipe.name == "jdbci" and run.interval is not None:
+                self.jdbci_frozen.append(run.interval)
             REPORT.count("refusals", refusal or type(exc).__name__)
             REPORT.samples.setdefault(refusal or type(exc).__name__, str(exc))
             run.errors.append(f"{type(exc).__name__}: {exc}")
@@ -340,42 +398,101 @@ class ChaosMachine(RuleBasedStateMachine):
             return exc
         finally:
             self._arm(try_no, None)
+        if run.pipe.name == "jdbci" and run.interval is not None:
+            self.jdbci_frozen.append(run.interval)
+            if result.batch_key:
+                self.jdbci_due.add(result.batch_key)
+        if result.outcome == "committed":
+            WRITE_SECONDS.append(time.monotonic() - started)
+            self._check_null_key_rows(run, result)
         REPORT.count("outcomes", result.outcome)
         if result.batch_key:
             self.committed_keys.setdefault(run.pipe.name, set()).add(result.batch_key)
         run.done = True
         return None
 
+    def hist(self, pipe: Pipe) -> JdbcHistory:
+        return self.jdbci_hist if pipe.name == "jdbci" else self.jdbc_hist
+
+    def _check_overlap_refusal(
+        self, run: Run, frozen: list[tuple[datetime, datetime]], exc: Exception
+    ) -> None:
+        """An interval refused as overlapping must overlap one a try froze before."""
+        assert run.interval is not None
+        if run.pipe.name != "jdbci" or not any(_overlaps(run.interval, iv) for iv in frozen):
+            REPORT.unclear_errors += 1
+            self.problems.append(f"{run.token} {run.interval} refused, overlaps nothing: {exc}")
+
+    def _check_null_key_rows(self, run: Run, result: Any) -> None:
+        """A JDBC load's result counts the rows whose key is NULL (never loaded)."""
+        if run.pipe.name not in ("jdbc", "jdbci"):
+            return
+        counted = getattr(result, "null_key_rows", None)
+        if counted is None:
+            if run.restate:  # a re-freeze or restatement names its batch: nothing is planned
+                REPORT.count("events", "null_key_rows_not_on_a_restatement")
+                return
+            REPORT.count("events", "null_key_rows_not_on_result")
+            self.problems.append(f"{run.token}: a committed JDBC load without null_key_rows")
+            return
+        REPORT.count("events", "null_key_rows_checked")
+        held = self.hist(run.pipe).null_counts_since(run.since)
+        if counted not in held:
+            self.problems.append(
+                f"{run.token}: null_key_rows {counted}, the source held {sorted(held)} NULL-key rows"
+            )
+
     def dag_run(self, run: Run, fault: str | None = None, retries: int = 2) -> BaseException | None:
         """A run with Airflow's retries: the first try may carry a fault, and a SIGKILL fault
-        runs that try in a child process of its own."""
+        runs that try in a child process of its own. The fault a SIGKILL stands for (a
+        worker's OOM, a lost node) may strike the first retry again; the last try is left."""
         err: BaseException | None = None
         for i in range(retries + 1):
-            if i == 0 and fault is not None and fault.startswith(KILL):
-                self.killed_try(run, fault[len(KILL) :])
+            again = i == 1 and fault is not None and fault.startswith(KILL) and self.kill_again(run)
+            if (i == 0 and fault is not None and fault.startswith(KILL)) or again:
+                assert fault is not None
+                self.killed_try(run, fault[len(KILL) :] if i == 0 else self.draw_kill(run))
+                if run.done:
+                    return None
                 continue
             err = self.attempt(run, fault if i == 0 else None)
             if err is None or _documented_refusal(err):
                 return err
         return err
 
+    def kill_again(self, run: Run) -> bool:
+        """Whether the retry of a SIGKILLed try is SIGKILLed too (one in three, while the
+        trial's budget lasts)."""
+        if self.kills >= self.kill_budget:
+            return False
+        return random.Random(self.seed * 31 + self.tries).random() < 1 / 3
+
+    def draw_kill(self, run: Run) -> str:
+        self.kills += 1
+        r = random.Random(self.seed * 37 + self.tries)
+        return f"{r.random():.6f}|{r.random():.6f}"
+
     def draw_fault(self, r: random.Random) -> str | None:
         """A fault for a run's first try: none in two of five, else a raise at any boundary,
         or, in a trial with a SIGKILL to spend, the SIGKILL of a child process."""
         if r.random() < 0.4:
             return None
-        if self.kills < self.kill_budget and r.random() < 0.5:
+        # In an armed trial three faults in four are SIGKILLs: a tenth of all load attempts
+        # and more (retries and the drain's tries are attempts too, never killed).
+        if self.kills < self.kill_budget and r.random() < 0.75:
             self.kills += 1
-            phase = r.choice(sorted(KILL_PHASES))
-            delay, short = r.uniform(0, 2), r.uniform(0, 0.05)
-            spec = KILL_PHASES[phase].format(delay=f"{delay:.2f}", short=f"{short:.3f}")
-            return KILL + phase + "|" + spec
+            # Where it lands is chosen once the try's run is known (killed_try): among the
+            # points that try reaches.
+            return f"{KILL}{r.random():.6f}|{r.random():.6f}"
         name = r.choice(RAISE_POINTS)
         REPORT.count("faults", f"raise@{name}")
         return f"{name}=raise"
 
-    def interval_for(self, day: int, kind: str) -> tuple[datetime, datetime]:
+    def interval_for(self, day: int, kind: str, hours: int = 12) -> tuple[datetime, datetime]:
         start = BASE + timedelta(days=day)
+        if kind == "midday":
+            # A manual run with a logical date in the middle of the day.
+            return start + timedelta(hours=hours), start + timedelta(days=1, hours=hours)
         if kind == "overlap":
             return start, start + timedelta(days=2)
         if kind == "zero":
@@ -429,13 +546,73 @@ class ChaosMachine(RuleBasedStateMachine):
         REPORT.count("events", f"input_{what}")
 
     def _insert(self, r: random.Random, n: int) -> None:
-        rows = []
-        for _ in range(n):
-            self.jdbc_key += 1
-            rows.append((self.jdbc_key, f"j{self.jdbc_key}", r.randrange(-1000, 1000), r.choice(PARTS)))
-        if rows:
-            self.pg.execute(f"INSERT INTO {self.jdbc_name} VALUES (%s, %s, %s, %s)", rows, many=True)
+        keys = list(range(self.jdbc_key + 1, self.jdbc_key + n + 1))
+        self.jdbc_key += n
+        self.jdbc_hist.insert(keys, r)
         REPORT.count("events", "jdbc_insert", n)
+
+    def _insert_ts(self, r: random.Random, n: int, day: datetime | int) -> None:
+        """Rows of the interval pipeline's table at random moments of ``day`` (and the next)."""
+        d = day if isinstance(day, int) else (day - BASE).days
+        self.jdbci_hist.insert([day_time(BASE, d + r.randrange(2), r) for _ in range(n)], r)
+        REPORT.count("events", "jdbc_ts_insert", n)
+
+    @precondition(lambda self: self.pg is not None)
+    @rule(dice=DICE)
+    def change_jdbc_rows(self, dice: int) -> None:
+        """An UPDATE, a DELETE, a DELETE and re-INSERT under the same key, or rows whose key
+        is NULL, below the frontier (committed ranges keep their rows as committed)."""
+        r = self.dice(dice)
+        pipe = self.pipes[r.choice(["jdbc", "jdbci"])]
+        hist, what = self.hist(pipe), r.choice(JDBC_CHANGES)
+        if hist.apply(what, keyed(hist.now()), r):
+            REPORT.count("events", f"{pipe.name}_{what}")
+
+    @precondition(lambda self: self.pg is not None)
+    @rule(dice=DICE)
+    def jdbc_change_while_frozen(self, dice: int) -> None:
+        """A batch frozen by a try that died, then a row of its range changed before the
+        retry: the retry fails with InputChangedError and commits nothing; the drain
+        re-freezes it (restate=True, restate_batch_key) and it loads the rows as they are."""
+        r = self.dice(dice)
+        pipe = self.pipes[r.choice(["jdbc", "jdbci"])]
+        hist = self.hist(pipe)
+        if pipe.name == "jdbc":
+            first = self.jdbc_key + 1
+            self._insert(r, r.randrange(1, 4))
+            run = self.new_run(pipe)
+            fresh = [row for row in keyed(hist.now()) if row[0] >= first]
+        else:
+            day = r.randrange(DAYS)
+            self._insert_ts(r, r.randrange(1, 4), day)
+            run = self.new_run(pipe, self.interval_for(day, "daily"))
+            start, end = run.interval or (BASE, BASE)
+            lo, hi = start.replace(tzinfo=None), end.replace(tzinfo=None)
+            fresh = [row for row in keyed(hist.now()) if lo <= row[0] < hi]
+        self.attempt(run, "after_plan=raise")
+        what = r.choice(["update", "delete", "reinsert", "null_key"])
+        if hist.apply(what, fresh, r):
+            REPORT.count("events", f"{pipe.name}_{what}_while_frozen")
+        self.dag_run(run)
+
+    @precondition(lambda self: self.pg is not None)
+    @rule(dice=DICE)
+    def load_jdbc_interval(self, dice: int) -> None:
+        """A JDBC interval run: daily, or a manual run with a mid-day logical date, whose
+        interval overlaps the days around it (refused once one of them is frozen)."""
+        r = self.dice(dice)
+        day = r.randrange(DAYS)
+        kind = r.choice(["daily", "daily", "midday"])
+        self._insert_ts(r, r.randrange(4), day)
+        REPORT.count("events", f"jdbc_interval_{kind}")
+        run = self.new_run(self.pipes["jdbci"], self.interval_for(day, kind, r.randrange(1, 24)))
+        self.dag_run(run, self.draw_fault(r))
+
+    def refused_at_planning(self, run: Run) -> bool:
+        """A JDBC interval that overlaps one a try froze is refused before anything runs."""
+        if OVERLAP_ERROR is None or run.pipe.name != "jdbci" or run.interval is None:
+            return False
+        return any(_overlaps(run.interval, iv) for iv in self.jdbci_frozen)
 
     @precondition(lambda self: self.pg is not None)
     @rule(dice=DICE)
@@ -476,11 +653,12 @@ class ChaosMachine(RuleBasedStateMachine):
         """One interval run: daily, or overlapping the next day's, or zero-length (refused)."""
         r = self.dice(dice)
         pipe, day = r.choice(INTERVAL_PIPES), r.randrange(DAYS)
-        kind = r.choice(["daily", "daily", "daily", "overlap", "zero"])
+        kind = r.choice(["daily", "daily", "daily", "overlap", "zero", "midday"])
         REPORT.count("events", f"interval_{kind}")
         for _ in range(r.randrange(3)):
             self._land_interval(pipe, day, r.randrange(5), int(r.random() < 0.15))
-        self.dag_run(self.new_run(self.pipes[pipe], self.interval_for(day, kind)), self.draw_fault(r))
+        interval = self.interval_for(day, kind, r.randrange(1, 24))
+        self.dag_run(self.new_run(self.pipes[pipe], interval), self.draw_fault(r))
 
     @rule(dice=DICE)
     def backfill_in_parallel(self, dice: int) -> None:
@@ -559,21 +737,42 @@ class ChaosMachine(RuleBasedStateMachine):
             if e is not None and not isinstance(e, EodError):
                 self.problems.append(f"zombie race on {run.token}: {type(e).__name__}: {e}")
 
+    def kill_points(self, run: Run) -> list[str]:
+        """The kill phases the next try of ``run`` reaches: none for a run refused at
+        planning, the freeze alone for a batch the table already holds, else all."""
+        if run.zero_length or self.refused_at_planning(run):
+            return []
+        if run.interval is not None and not run.restate:
+            if _interval_key(run) in self.committed_keys.get(run.pipe.name, set()):
+                return FREEZE_ONLY
+        if self.short and run.tried:
+            # A retry seconds after its run froze the batch: the short window has passed, so
+            # the try is refused (RetentionWindowError) after the freeze, before the write.
+            return FREEZE_ONLY
+        return sorted(KILL_PHASES)
+
     def killed_try(self, run: Run, fault: str) -> None:
-        """A try in a child process of its own (``python -m tests.chaos.attempt``), SIGKILLed
-        at a boundary or at a random moment of the read and write after one."""
-        phase, _, spec = fault.partition("|")
-        # New input first, so that the killed try has something to plan, write and commit.
+        """A try in a warm child process of its own (``tests/chaos/attempt.py``), SIGKILLed
+        at a named point it reaches or at a random moment of its read and write."""
+        pick, _, when = fault.partition("|")
+        # New input first, so that the killed try has something to plan, write and commit
+        # (not for a retry: its batch is frozen, and new rows in its range would change it).
         r = random.Random(self.seed + self.tries)
-        if run.pipe.name == "jdbc":
-            self._insert(r, 3)
-        elif run.pipe.boundary == "offsets":
-            self.world.land(run.pipe.root, 3, table="drift" if run.pipe.name == "drift" else "main")
-        elif run.interval is not None and not run.restate:
-            self._land_interval(run.pipe.name, (run.interval[0] - BASE).days, 3, 0)
+        if not run.tried:
+            self.new_input_for(run, r)
+        points = self.kill_points(run)
+        if not points:
+            REPORT.count("faults", "sigkill(no point this try reaches: run in-process)")
+            self.attempt(run)
+            return
+        phase = points[min(int(float(pick) * len(points)), len(points) - 1)]
+        # A timer lands within the write: at most most of the time a write took here lately.
+        delay = float(when) * 0.8 * _typical_write_seconds()
+        spec = KILL_PHASES[phase].format(delay=f"{delay:.3f}")
         with self.arm_lock:
             self.tries += 1
             try_no = self.tries
+        REPORT.count("events", "attempt")
         self._before_attempt(run)
         _, source, settings = self._request(run, try_no)
         creds = self.credentials(run.pipe)
@@ -589,24 +788,35 @@ class ChaosMachine(RuleBasedStateMachine):
             "source": source.to_dict(),
             "settings": settings,
         }
-        env = dict(os.environ, EOD_FAULTPOINTS=spec)
-        env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-        child = subprocess.run(
-            [sys.executable, "-m", "tests.chaos.attempt", json.dumps(args)],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=600,
-            check=False,
-        )
-        killed = child.returncode == -9
-        REPORT.count("faults", f"sigkill@{phase}" if killed else f"sigkill@{phase}(not reached)")
-        if not killed and child.returncode != 0:
-            tail = child.stdout.decode(errors="replace").strip().splitlines()[-1:]
-            run.errors.append(f"child try ended {child.returncode}: {tail}")
-            REPORT.samples.setdefault(f"child try ended {child.returncode}", " ".join(tail))
+        if run.pipe.name == "jdbci" and run.interval is not None:
+            self.jdbci_frozen.append(run.interval)
+        run.tried = True
+        code, outcome = CHILDREN.take().run(args, spec)
         REPORT.attempts += 1
+        if code == -9:
+            REPORT.count("kills", phase)
+            REPORT.count("events", f"sigkill_in_{'short' if self.short else 'default'}_retention")
+            return
+        REPORT.count("kills_missed", phase)
+        if code == 0 and outcome is not None:
+            REPORT.count("outcomes", outcome)
+            run.done = True
+        else:
+            run.errors.append(f"child try ended {code}")
+            REPORT.samples.setdefault(f"child try ended {code}", f"{run.token}: {spec}")
+
+    def new_input_for(self, run: Run, r: random.Random) -> None:
+        """New input for ``run``'s pipeline, so that its try has something to load."""
+        if run.pipe.name in ("jdbc", "jdbci") and threading.current_thread() is not threading.main_thread():
+            return  # the source's history is written from one thread (its moments stay ordered)
+        if run.pipe.name == "jdbc":
+            self._insert(r, 3)
+        elif run.pipe.name == "jdbci":
+            self._insert_ts(r, 3, (run.interval or (BASE, BASE))[0])
+        elif run.pipe.boundary == "offsets":
+            self.world.land(run.pipe.root, 3, table="drift" if run.pipe.name == "drift" else "main")
+        elif run.interval is not None and not run.restate:
+            self._land_interval(run.pipe.name, (run.interval[0] - BASE).days, 3, 0)
 
     # -- other writers, time -----------------------------------------------------------
     @precondition(lambda self: _exists(self.table))
@@ -615,7 +825,7 @@ class ChaosMachine(RuleBasedStateMachine):
         """Maintenance by another writer between attempts."""
         r = self.dice(dice)
         what = r.choice(["optimize", "vacuum", "checkpoint", "cleanup_log"])
-        tables = [t for t in (self.table, self.jdbc_table, self.drift_table) if _exists(t)]
+        tables = [t for t in (self.table, self.jdbc_table, self.jdbci_table, self.drift_table) if _exists(t)]
         self.maintain(tables[0] if r.random() < 0.6 else r.choice(tables), what)
 
     def maintain(self, uri: str, what: str) -> None:
@@ -722,8 +932,18 @@ class ChaosMachine(RuleBasedStateMachine):
             verdict = check_tables(self.world, self.table, self.quarantine)
             check_tables(self.world, self.drift_table, None, "drift", verdict)
             if self.pg is not None:
-                source_rows = self.pg.rows(f"SELECT id, n, part FROM {self.jdbc_name}")
-                check_jdbc(source_rows, self.jdbc_table, verdict)
+                for pipe, due in (("jdbc", None), ("jdbci", self.jdbci_due)):
+                    hist = self.hist(self.pipes[pipe])
+                    check_jdbc_batches(
+                        hist.at,
+                        hist.now(),
+                        self.target(self.pipes[pipe]),
+                        self.pipes[pipe].pipeline_id,
+                        hist.key,
+                        verdict,
+                        due_keys=due,
+                        offsets=pipe == "jdbc",
+                    )
             REPORT.duplicates += len(verdict.duplicates)
             REPORT.losses += len(verdict.losses)
             REPORT.wrong_rows += len(verdict.wrong)
@@ -731,7 +951,7 @@ class ChaosMachine(RuleBasedStateMachine):
             # The user's own audit must agree with the oracle: any error it reports on a
             # table the oracle passed is a finding too (a false alarm is a defect of verify).
             findings: list[str] = []
-            for uri in (self.table, self.quarantine, self.jdbc_table, self.drift_table):
+            for uri in (self.table, self.quarantine, self.jdbc_table, self.jdbci_table, self.drift_table):
                 if _exists(uri):
                     report = audit_table(uri)
                     findings += [f"{os.path.basename(uri)}: {f.kind}: {f.message}" for f in report.errors]
@@ -748,6 +968,7 @@ class ChaosMachine(RuleBasedStateMachine):
         finally:
             if self.pg is not None and hasattr(self, "world"):
                 self.pg.execute(f"DROP TABLE IF EXISTS {self.jdbc_name}")
+                self.pg.execute(f"DROP TABLE IF EXISTS {self.jdbc_name}_ts")
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 

@@ -15,7 +15,9 @@ import itertools
 import os
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from deltalake import DeltaTable
@@ -217,3 +219,139 @@ def _check_paths(states: list[PathState], copies: dict[int, int | None], verdict
         assert best is not None
         verdict.duplicates.extend(best[1])
         verdict.losses.extend(best[2])
+
+
+def _naive(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+@dataclass
+class Committed:
+    """A committed batch of a JDBC pipeline, as the table and its freeze say: its key range
+    (``(low, high]`` of an offset batch, ``[start, end)`` of an interval) and the moment it
+    was frozen (the rows the batch must hold are the source's rows at that moment)."""
+
+    key: str
+    generation: int
+    low: Any
+    high: Any
+    interval: bool
+    frozen_at: float
+
+    def holds(self, key: Any) -> bool:
+        if key is None:
+            return False
+        if self.interval:
+            return bool(self.low <= key < self.high)
+        return (self.low is None or key > self.low) and key <= self.high
+
+    def describe(self) -> str:
+        if self.interval:
+            return f"{self.key} [{self.low}, {self.high})"
+        return f"{self.key} ({self.low}, {self.high}]"
+
+
+def committed_batches(table: str, pipeline_id: str) -> list[Committed]:
+    """The committed batches of ``pipeline_id`` on ``table``: each one's generation and range
+    as its commit recorded them (the manifest in the Delta log) and when that generation was
+    frozen (its plan). Nothing else is taken from the write path: the checker decides on its
+    own whether the ranges overlap or leave gaps, and what rows each had to hold."""
+    from airflow_eod.core.ask import ask
+    from airflow_eod.core.batch import BatchKey
+    from airflow_eod.core.plan_log import PlanLog
+    from airflow_eod.core.table_status import table_status
+
+    if not os.path.isdir(os.path.join(table, "_delta_log")):
+        return []
+    out: list[Committed] = []
+    for summary in table_status(table):
+        if summary.pipeline_id != pipeline_id:
+            continue
+        for b in summary.committed:
+            assert b.generation is not None
+            status = ask(table, BatchKey(pipeline_id, b.batch_key))
+            plan = PlanLog(table, pipeline_id).get_plan(b.batch_key, b.generation)
+            assert status.manifest is not None and plan is not None, b
+            bound = status.manifest.boundary
+            if "start" in bound:
+                lo, hi = (_naive(datetime.fromisoformat(bound[k])) for k in ("start", "end"))
+                out.append(Committed(b.batch_key, b.generation, lo, hi, True, _moment(plan.planned_at)))
+            else:
+                lo, hi = bound.get("low"), bound["high"]
+                out.append(Committed(b.batch_key, b.generation, lo, hi, False, _moment(plan.planned_at)))
+    return out
+
+
+def _moment(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def check_jdbc_batches(
+    at: Callable[[float], list[tuple[Any, ...]]],
+    now: list[tuple[Any, ...]],
+    table: str,
+    pipeline_id: str,
+    key_column: str,
+    verdict: Verdict,
+    *,
+    due_keys: set[str] | None = None,
+    offsets: bool = False,
+) -> None:
+    """A JDBC pipeline's table against the source's history: each committed batch holds
+    exactly the rows its range held when the batch was frozen (a row changed, deleted or
+    re-inserted in a committed range afterwards keeps its committed form); no two batches'
+    ranges overlap (the overlap would be loaded twice); an offset pipeline's ranges follow
+    one another without a gap up to a frontier at or past every key the source holds now; no
+    row whose key is NULL, and no row outside every committed range, is in the table.
+
+    :param at: the source's rows at a moment (``JdbcHistory.at``).
+    :param now: the source's rows at the end of the trial.
+    :param due_keys: interval batches the history committed (their runs succeeded).
+    :param offsets: an offset pipeline, drained: every keyed row is due.
+    """
+    name = os.path.basename(table)
+    batches = committed_batches(table, pipeline_id)
+    have = [tuple(_naive(v) for v in r) for r in _rows(table, [key_column, *COLUMNS])]
+    verdict.rows += len(have)
+    ordered = sorted(batches, key=lambda b: (b.low is not None, b.low, b.high))
+    for a, b in itertools.pairwise(ordered):
+        overlap = b.low < a.high if a.interval else (b.low is None or b.low < a.high)
+        if overlap:
+            verdict.duplicates.append(f"{name}: batches {a.describe()} and {b.describe()} overlap")
+    if ordered and not ordered[0].interval:
+        if ordered[0].low is not None:
+            verdict.losses.append(f"{name}: the first batch {ordered[0].describe()} starts above nothing")
+        for a, b in itertools.pairwise(ordered):
+            if b.low is not None and b.low > a.high:
+                verdict.losses.append(f"{name}: a gap between {a.describe()} and {b.describe()}")
+        top = max((r[0] for r in now if r[0] is not None), default=None)
+        if top is not None and top > ordered[-1].high:
+            verdict.losses.append(f"{name}: keys up to {top} are above the frontier {ordered[-1].high}")
+    if offsets and not batches and any(r[0] is not None for r in now):
+        verdict.losses.append(f"{name}: the source holds keyed rows and no batch was committed")
+    if due_keys:
+        for key in sorted(due_keys - {b.key for b in batches}):
+            verdict.losses.append(f"{name}: batch {key} was committed by its run and is not in the table")
+    for row in have:
+        if row[0] is None:
+            verdict.wrong.append(f"{name}: row {row} has a NULL key: such rows are never loaded")
+        elif not any(b.holds(row[0]) for b in batches):
+            verdict.wrong.append(f"{name}: row {row} is in no committed batch's range")
+    for b in batches:
+        want = Counter(tuple(r) for r in at(b.frozen_at) if b.holds(r[0]))
+        held = Counter(r for r in have if b.holds(r[0]))
+        for row, n in (held - want).items():
+            if want[row]:
+                verdict.duplicates.append(f"{name}: {row} of batch {b.describe()} is there {n} more times")
+            else:
+                verdict.wrong.append(
+                    f"{name}: row {row} of batch {b.describe()} (generation {b.generation}) is not a row "
+                    "the range held when the batch was frozen"
+                )
+        for row, n in (want - held).items():
+            verdict.losses.append(
+                f"{name}: row {row} of batch {b.describe()} (generation {b.generation}), in the range "
+                f"when it was frozen, is missing {n} time(s)"
+            )

@@ -18,6 +18,10 @@ class ChaosReport:
     events: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
     refusals: Counter[str] = field(default_factory=Counter)
+    # SIGKILLs of a try in a child process: landed, by the point aimed at, and armed at a
+    # point the try then did not reach (it ended on its own).
+    kills: Counter[str] = field(default_factory=Counter)
+    kills_missed: Counter[str] = field(default_factory=Counter)
     duplicates: int = 0
     losses: int = 0
     wrong_rows: int = 0
@@ -32,6 +36,20 @@ class ChaosReport:
     def count(self, counter: str, key: str, n: int = 1) -> None:
         with self._lock:
             getattr(self, counter)[key] += n
+
+    @property
+    def kill_share(self) -> float:
+        """SIGKILLed tries in % of all load attempts."""
+        return 100.0 * sum(self.kills.values()) / self.attempts if self.attempts else 0.0
+
+    def kill_line(self) -> str:
+        landed = sum(self.kills.values())
+        missed = ", ".join(f"{k} {v}" for k, v in sorted(self.kills_missed.items())) or "none"
+        return (
+            f"chaos: load attempts {self.attempts}, SIGKILLs landed {landed} "
+            f"({', '.join(f'{k} {v}' for k, v in sorted(self.kills.items())) or 'none'}), "
+            f"kill share {self.kill_share:.1f}%; armed but not reached: {missed}"
+        )
 
     @property
     def failures(self) -> int:
@@ -51,12 +69,13 @@ class ChaosReport:
         return [
             f"chaos: trials {self.trials}, steps {self.steps}, load attempts {self.attempts}",
             f"chaos: faults injected {sum(self.faults.values())}: {fmt(self.faults)}",
+            self.kill_line(),
             f"chaos: history events: {fmt(self.events)}",
             f"chaos: outcomes: {fmt(self.outcomes)}",
             f"chaos: refusals with a clear error (documented): {fmt(self.refusals)}",
             f"chaos: duplicates {self.duplicates}, losses {self.losses}, wrong rows {self.wrong_rows}, "
             f"wedged pipelines {self.wedged}, audit errors {self.audit_errors}, "
-            f"unclear errors {self.unclear_errors}",
+            f"unclear errors {self.unclear_errors}, kill share {self.kill_share:.1f}%",
             f"chaos: failing seeds: {', '.join(self.failing_seeds) or 'none'}",
         ] + [f"chaos: sample {kind}: {text[:400]}" for kind, text in sorted(self.samples.items())]
 

@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from tests.chaos.children import CHILDREN
 from tests.chaos.machine import RACES, SPARK, ChaosMachine
 from tests.chaos.report import REPORT, ChaosReport
 
@@ -56,6 +57,22 @@ def run_trials(
 ) -> ChaosReport:
     """``trials`` trials in chunks of ``per_chunk``, chunk ``i`` seeded ``base_seed + i``.
     A failing chunk is reported with its seed and the next chunk goes on."""
+    try:
+        _chunks(spark, trials, base_seed, per_chunk, steps, shrink, say)
+    finally:
+        CHILDREN.close()  # the warm child the last SIGKILL left behind
+    return REPORT
+
+
+def _chunks(
+    spark: Any,
+    trials: int,
+    base_seed: int,
+    per_chunk: int,
+    steps: int,
+    shrink: bool,
+    say: Callable[[str], None],
+) -> None:
     done = 0
     chunk = 0
     while done < trials:
@@ -67,6 +84,8 @@ def run_trials(
             REPORT.failing_seeds.append(f"{chunk_seed} (replay: --seed {chunk_seed} --trials {n})")
             say(f"chaos: seed {chunk_seed} FAILED:\n{failure}")
         say(f"chaos: seed {chunk_seed}: {REPORT.trials - before} trial(s), {'FAILED' if failure else 'ok'}")
+        # The running totals after each chunk: a long run cut short still says where it stood.
+        say(f"chaos: so far: {REPORT.trials} trials; " + REPORT.lines()[6][len("chaos: ") :])
+        say(REPORT.kill_line())
         done += n
         chunk += 1
-    return REPORT
