@@ -193,7 +193,7 @@ def refuse_overlaps(plan_log: PlanLog, plan: Plan, start: datetime, end: datetim
         "intervals that do not overlap the ones already loaded (a manual run with a mid-day "
         "logical date, or a changed timetable, plans intervals across the old ones: pass "
         "interval_start/interval_end that line up with them); to load the overlap again on "
-        "purpose, restate the batch(es) above (restate=True, restate_batch_key=<key>)",
+        f"purpose, restate the batch(es) above: {refreeze_hint(pipeline, '<key>')}",
     )
 
 

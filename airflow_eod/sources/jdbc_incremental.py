@@ -515,7 +515,8 @@ class JdbcIncrementalSource:
 
     def replan(self, plan: Plan, generation: int, ctx: ReadContext, *, committed: bool = True) -> Plan:
         """The same key range, with its rows (count and fingerprint) as they are now
-        (restatement or re-freeze)."""
+        (restatement or re-freeze). Rows whose key is NULL are counted too, as at planning."""
+        self._check_null_keys(ctx, plan.key.label)
         inputs = [self._measure(ctx, plan.boundary, plan.key.label)]
         return replace(plan, inputs=inputs, generation=generation, planned_at="", source=self.identity())
 
