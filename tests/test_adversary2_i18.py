@@ -355,3 +355,40 @@ def test_status_of_a_healthy_table_fails_for_a_stray_entry_beside_its_pipelines(
     assert _cli("verify", table)[0] == 0
     code, err = _cli("status", table)
     assert code == 0, err
+
+
+# -- 6. the deltalake fallback follows links out of the table -----------------------------------
+@pytest.mark.security
+@pytest.mark.xfail(strict=True, reason="_from_deltalake reads the whole log with delta-rs, links followed")
+def test_the_deltalake_fallback_reads_a_commit_linked_out_of_the_table(table: str, tmp_path: Any) -> None:
+    """A log this reader "does not know how to read in a bounded way" is handed whole to
+    ``deltalake.DeltaTable`` (``_from_deltalake``), which follows links and bounds nothing. One
+    empty file named ``x.checkpoint.y`` in ``_delta_log/`` (with no ``_last_checkpoint``) is
+    enough to get there. Commit 2 is then a link to a file outside the table: the fast reader
+    refuses it (O_NOFOLLOW), but delta-rs reads it, and the ask answers from it (snapshot
+    version 2, the outside file's ``metaData``), where it should refuse the table."""
+    for day in (20, 21):
+        batch = BatchKey(PIPE, f"i-202611{day}T000000Z-202611{day + 1}T000000Z")
+        commit_batch(
+            table, batch, 0, *stage_data(table, batch, pa.table({"id": pa.array(range(day), pa.int64())}))
+        )
+    log_dir = os.path.join(table, "_delta_log")
+    with open(os.path.join(log_dir, "00000000000000000000.json")) as fh:
+        meta = next(line for line in fh if line.startswith('{"metaData"'))
+    outside = str(tmp_path / "another-tenants-commit.json")
+    with open(outside, "w") as fh:
+        fh.write(meta.replace('"description":null', '"description":"read from outside the table"'))
+    os.symlink(outside, os.path.join(log_dir, "00000000000000000002.json"))
+    open(os.path.join(log_dir, "x.checkpoint.y"), "w").close()
+    delta_log.clear_cache()
+    from airflow_eod.core.ask import open_table
+
+    try:
+        opened = open_table(table)
+    except Exception as exc:  # refused: what should happen
+        assert "link" in str(exc) or "not a Delta commit" in str(exc), exc
+        return
+    assert opened is None or opened.version() < 2, (
+        f"the table was read through the link: version {opened.version()}, "
+        f"description {opened.metadata().description!r}"
+    )
