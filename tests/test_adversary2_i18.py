@@ -107,7 +107,6 @@ def _env() -> dict[str, str]:
 
 # -- 1. the checkpoint's Parquet file is opened by path, following links and FIFOs ---------------
 @pytest.mark.security
-@pytest.mark.xfail(strict=True, reason="checkpoint Parquet opened with blocking open(): a FIFO hangs the ask")
 def test_a_checkpoint_that_is_a_fifo_hangs_every_ask_for_ever(table: str) -> None:
     """``_last_checkpoint`` names version 1; its ``00000000000000000001.checkpoint.parquet``
     is replaced by a FIFO. ``_read_checkpoint`` opens it with ``pq.ParquetFile(path)`` (no
@@ -137,7 +136,6 @@ def test_a_checkpoint_that_is_a_fifo_hangs_every_ask_for_ever(table: str) -> Non
 
 
 @pytest.mark.security
-@pytest.mark.xfail(strict=True, reason="checkpoint Parquet followed through a link out of the table")
 def test_a_checkpoint_linked_out_of_the_table_is_read(table: str, tmp_path: Any) -> None:
     """The checkpoint is moved out of the table and a symbolic link left in its place (to
     another tenant's file, say). Commits and ``_last_checkpoint`` are opened with O_NOFOLLOW
@@ -268,7 +266,6 @@ print("RESULT " + json.dumps(out))
 
 
 @pytest.mark.security
-@pytest.mark.xfail(strict=True, reason="plan-log entries capped at 256 MB, parsed whole before any check")
 def test_a_commit_record_within_its_size_cap_takes_gigabytes_to_parse(table: str) -> None:
     """A commit record is a few hundred bytes plus its file list, but ``PlanLog._read`` accepts
     up to ``MAX_PLAN_LOG_ENTRY`` (256 MB) and ``json.loads`` it whole before the checksum is
@@ -359,7 +356,6 @@ def test_status_of_a_healthy_table_fails_for_a_stray_entry_beside_its_pipelines(
 
 # -- 6. the deltalake fallback follows links out of the table -----------------------------------
 @pytest.mark.security
-@pytest.mark.xfail(strict=True, reason="_from_deltalake reads the whole log with delta-rs, links followed")
 def test_the_deltalake_fallback_reads_a_commit_linked_out_of_the_table(table: str, tmp_path: Any) -> None:
     """A log this reader "does not know how to read in a bounded way" is handed whole to
     ``deltalake.DeltaTable`` (``_from_deltalake``), which follows links and bounds nothing. One

@@ -22,12 +22,18 @@ import stat
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+import pyarrow.parquet as pq
+
 # One small metadata file: `_delta_log/_last_checkpoint`, `_eod/table.json`, a checkpoint
 # index's `index.json` and buckets (a bucket holds 256 markers, about 20 KB).
 MAX_SMALL_FILE = 16 << 20
 # One plan-log entry: a plan lists its frozen inputs, and a loaded index the inputs of every
 # batch up to it (a landing pipeline's millionth file makes it about 100 MB).
 MAX_PLAN_LOG_ENTRY = 256 << 20
+# Objects and arrays in one document. A parsed ``{}`` costs Python about 45 times its 3 bytes:
+# within the size caps alone, a plan-log entry of empty objects would parse to gigabytes. An
+# entry listing a million landing files holds about a million objects.
+MAX_CONTAINERS = 2_000_000
 # One line (one action) of a Delta commit: an ``add`` with its statistics, a ``metaData``
 # whose schema has thousands of columns, a ``commitInfo`` with its manifest.
 MAX_ACTION_LINE = 64 << 20
@@ -55,18 +61,22 @@ def _check_depth(value: Any, limit: int) -> None:
 
 
 def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
-    """``json.loads(data)``, with ``NaN``/``Infinity`` and nesting deeper than ``max_depth``
-    refused (:class:`JsonBoundError`); other defects raise ``ValueError`` as ``json`` does."""
-    try:
-        value = json.loads(data, parse_constant=_reject_constant)
-    except RecursionError:
-        raise JsonBoundError(f"is nested more than {max_depth} levels deep") from None
-    # Fewer opening brackets than the limit cannot nest deeper (a count at memchr speed):
-    # only a large document pays for the walk.
+    """``json.loads(data)``, with ``NaN``/``Infinity``, nesting deeper than ``max_depth`` and
+    more than :data:`MAX_CONTAINERS` objects and arrays refused (:class:`JsonBoundError`);
+    other defects raise ``ValueError`` as ``json`` does."""
+    # Counted before parsing, at memchr speed: brackets inside strings count too, which only
+    # errs on the side of refusing. Fewer than the depth limit cannot nest deeper, so only a
+    # large document pays for the walk after parsing.
     if isinstance(data, str):
         opened = data.count("[") + data.count("{")
     else:
         opened = data.count(b"[") + data.count(b"{")
+    if opened > MAX_CONTAINERS:
+        raise JsonBoundError(f"holds more than {MAX_CONTAINERS} objects and arrays")
+    try:
+        value = json.loads(data, parse_constant=_reject_constant)
+    except RecursionError:
+        raise JsonBoundError(f"is nested more than {max_depth} levels deep") from None
     if opened > max_depth and isinstance(value, dict | list):
         _check_depth(value, max_depth)
     return value
@@ -90,6 +100,13 @@ def open_regular(path: str) -> BinaryIO:
         os.close(fd)
         raise
     return os.fdopen(fd, "rb")
+
+
+def open_parquet(path: str) -> pq.ParquetFile:
+    """A Parquet file of a table (a checkpoint), opened as :func:`open_regular` opens: never
+    through a link, never a FIFO or device (a read that never ends would hold the shared
+    triggerer's threads). The file object is closed with the ParquetFile's reader."""
+    return pq.ParquetFile(open_regular(path))
 
 
 def read_bytes(path: str, limit: int) -> bytes:

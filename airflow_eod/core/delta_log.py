@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -435,12 +436,39 @@ def _newest_checkpoint_by_listing(log_dir: str, stats: LogReadStats) -> tuple[in
     return (max(usable), parts_of[max(usable)]) if usable else None
 
 
+def open_checkpoint(path: str) -> pq.ParquetFile:
+    """A checkpoint file of the log, opened only as a regular file: never through a link (it
+    may lead out of the table), never a FIFO or device (whose read would never end, and hold
+    a thread of the shared triggerer for good).
+
+    :raises CorruptTableError: when it is a link, a FIFO, a device.
+    """
+    try:
+        return bounded_json.open_parquet(path)
+    except bounded_json.JsonBoundError as exc:
+        raise CorruptTableError(os.path.dirname(os.path.dirname(path)), path, str(exc)) from None
+
+
+def _refuse_links_in_log(table_path: str) -> None:
+    """Before ``deltalake`` replays a log (which follows links and bounds nothing we chose):
+    a link or a FIFO anywhere under ``_delta_log/`` is refused, as this reader refuses it."""
+    log_dir = os.path.join(table_path, _LOG)
+    for folder, dirs, files in os.walk(log_dir):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise CorruptTableError(
+                    table_path, path, "is a symbolic link, a FIFO or a device, which is not read"
+                )
+
+
 def _read_checkpoint(files: list[str], stats: LogReadStats) -> tuple[dict[str, Any], pa.Table | None]:
     state: dict[str, Any] = {}
     markers: list[pa.Table] = []
     for path in files:
         stats.checkpoint_files_read += 1
-        parquet = pq.ParquetFile(path)
+        parquet = open_checkpoint(path)
         names = parquet.schema_arrow.names
         columns = [c for c in ("metaData", "protocol") if c in names]
         # Of a marker, only its app id and version: a third of the decoding at 10,000 markers.
@@ -503,7 +531,7 @@ def checkpoint_holds(
             return True
         try:
             for path in _checkpoint_files(log_dir, *hint):
-                parquet = pq.ParquetFile(path)
+                parquet = open_checkpoint(path)
                 names = set(parquet.schema_arrow.names)
                 if add_path is None:
                     if "txn" in names:
@@ -733,6 +761,7 @@ def _unparseable(table_path: str) -> str:
 def _from_deltalake(table_path: str) -> TableLog:
     """The same view, read through ``deltalake`` (every file replayed): for logs this reader
     does not know how to read in a bounded way."""
+    _refuse_links_in_log(table_path)
     try:
         table = DeltaTable(table_path)
     except Exception as exc:  # deltalake's errors carry a Rust backtrace, not the file

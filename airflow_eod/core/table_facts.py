@@ -29,6 +29,7 @@ from deltalake import DeltaTable
 
 from airflow_eod.core import bounded_json
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.delta_log import open_checkpoint
 from airflow_eod.core.errors import CorruptTableError, EodError, UnsafePathError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import Plan, PlanLog
@@ -251,7 +252,7 @@ def _checkpoint_markers(log_dir: str, names: list[str], version: int, out: LogFa
         return
     out.checkpoint = max(complete)
     for n in parts[out.checkpoint]:
-        for t in pq.read_table(os.path.join(log_dir, n), columns=["txn"]).column("txn").to_pylist():
+        for t in open_checkpoint(os.path.join(log_dir, n)).read(columns=["txn"]).column("txn").to_pylist():
             if t:
                 out.markers[t["appId"]] = (int(t["version"]), t.get("lastUpdated"))
 
