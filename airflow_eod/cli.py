@@ -252,6 +252,17 @@ def main(argv: list[str] | None = None) -> int:
     except EodError as exc:
         print(f"airflow-eod: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # the last line of defence, said on one line
+        # Content of the table no check foresaw (whoever can write the table controls it):
+        # one line naming the table and exit 2, as for a corrupt table, not a traceback a
+        # shell script or a runbook step cannot tell from a crash of the tool.
+        cause = " ".join(f"{type(exc).__name__}: {exc}".split())
+        print(
+            f"airflow-eod: cannot read the table at {args.table}: {cause}; the table may hold content "
+            "no writer makes (see docs/runbook.md, 'the table at PATH is corrupt')",
+            file=sys.stderr,
+        )
+        return 2
 
 
 if __name__ == "__main__":

@@ -226,7 +226,6 @@ CRASHES = {
 
 
 @pytest.mark.security
-@pytest.mark.xfail(strict=True, reason="hostile values of the right JSON shape escape main() as a traceback")
 @pytest.mark.parametrize("case", sorted(CRASHES))
 def test_hostile_table_content_of_the_right_shape_is_one_clear_error_not_a_traceback(
     case: str, table: str
@@ -245,7 +244,12 @@ def test_hostile_table_content_of_the_right_shape_is_one_clear_error_not_a_trace
         code, err = _cli(*argv)
     except Exception as exc:
         pytest.fail(f"airflow-eod {command} raised {type(exc).__name__}: {exc} (today: {today})")
-    assert code == 2, err
+    if case.startswith("file_among_pipelines"):
+        # A file beside the pipelines is no pipeline: passed over, as a .DS_Store is (see the
+        # stray-entry test below), and the table's real pipeline still answers.
+        assert code == 0 and not err, err
+    else:
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
 
 
 # -- 3. a plan-log entry within its size cap takes gigabytes to parse -----------------------------
@@ -317,7 +321,6 @@ LEAKED_URLS = [
 
 
 @pytest.mark.security
-@pytest.mark.xfail(strict=True, reason="credential property names outside _SECRET_KEYS are accepted and kept")
 @pytest.mark.parametrize("url", LEAKED_URLS)
 def test_a_jdbc_url_with_a_documented_driver_secret_property_is_refused(url: str) -> None:
     """Item 27: "Refuse credentials in every form the drivers take". The check is still a
@@ -332,7 +335,6 @@ def test_a_jdbc_url_with_a_documented_driver_secret_property_is_refused(url: str
 
 # -- 5. a healthy table's status refused for a stray entry ---------------------------------------
 @pytest.mark.guarantee
-@pytest.mark.xfail(strict=True, reason="every entry of _eod/pipelines is taken as a pipeline id")
 @pytest.mark.parametrize("name", [".DS_Store", "old backup"])
 def test_status_of_a_healthy_table_fails_for_a_stray_entry_beside_its_pipelines(
     name: str, table: str

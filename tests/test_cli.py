@@ -67,3 +67,21 @@ def test_console_script_is_installed_and_reports_errors(table: str) -> None:
     open(os.path.join(table, "not-delta.txt"), "w").close()
     proc = subprocess.run([exe, "status", table], capture_output=True, text=True)
     assert proc.returncode == 2 and "is not a Delta table" in proc.stderr
+
+
+def test_an_unforeseen_error_reading_a_table_is_one_line_and_exit_2(
+    loaded: str, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18 (adversary 2, defect 4), the last line of defence: before, any exception but
+    an ``EodError`` escaped ``main`` (a traceback and exit 1 from the console script, which a
+    script reads as "not committed"). Now content no check foresaw is one line on stderr
+    naming the table, and exit 2, as for a corrupt table."""
+    import airflow_eod.cli as cli
+
+    def broken(table_uri: str) -> None:
+        raise TypeError("'<=' not supported between\ninstances of 'str' and 'int'")
+
+    monkeypatch.setattr(cli, "table_status", broken)
+    assert main(["status", loaded]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot read the table at {loaded}: TypeError: '<='" in err

@@ -572,3 +572,31 @@ def test_a_planned_landing_path_from_the_plan_log_is_read_only_inside_the_landin
     with pytest.raises(EodError):
         source.replan(plan, 1, committed=True)
     assert all(f["path"] != path for f in source.list_files())
+
+
+
+def test_a_driver_that_refuses_the_url_is_told_without_its_secrets() -> None:
+    """Issue 18 (adversary 2, defect 6): ``JDBC driver ... does not accept the URL`` echoed
+    ``self.url`` unredacted. What the check lets through is not all a message may show:
+    ``scott/s3cret@`` after a driver prefix the check does not know is masked by the
+    redaction. A driver (here a stand-in for the JVM's) that returns no connection must
+    yield a message without the secret."""
+    from types import SimpleNamespace
+
+    from airflow_eod.sources.base import Credentials, ReadContext
+    from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
+
+    url = f"jdbc:acme:scott/{SECRET}@db:5000/shop"
+    source = JdbcIncrementalSource(url=url, table="orders", key_column="id", driver="com.acme.Driver")
+    refusing = SimpleNamespace(connect=lambda url, props: None)
+    classes = SimpleNamespace(classForName=lambda *a: SimpleNamespace(newInstance=lambda: refusing))
+    spark_util = SimpleNamespace(util=SimpleNamespace(Utils=classes))
+    properties = SimpleNamespace(setProperty=lambda k, v: None)
+    jvm = SimpleNamespace(
+        org=SimpleNamespace(apache=SimpleNamespace(spark=spark_util)),
+        java=SimpleNamespace(util=SimpleNamespace(Properties=lambda: properties)),
+    )
+    ctx = ReadContext(spark_factory=lambda: SimpleNamespace(_jvm=jvm), credentials=Credentials("u", "p"))
+    with pytest.raises(ConfigurationError, match="does not accept the URL") as info:
+        source._connected(ctx, None, lambda jvm, conn: None)
+    assert SECRET not in str(info.value) and "***" in str(info.value)

@@ -92,6 +92,8 @@ class BatchKey:
     @classmethod
     def from_app_id(cls, app_id: str) -> BatchKey | None:
         """Parse an appId written by airflow-eod; ``None`` for foreign appIds."""
+        if not isinstance(app_id, str):
+            return None
         parts = app_id.split(":")
         if len(parts) != 3 or parts[0] != APP_ID_PREFIX:
             return None

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.delta_log import TableLog, checkpoint_holds, commit_path, read_commit_actions
-from airflow_eod.core.errors import CorruptRecordError
+from airflow_eod.core.errors import CorruptRecordError, CorruptTableError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
 
@@ -58,16 +58,57 @@ class CommitRecord:
 
     @property
     def manifest_obj(self) -> Manifest:
-        return Manifest(**self.manifest)
+        return Manifest.from_dict(self.manifest)
 
     def fits(self, table: TableLog) -> bool:
         """Whether this record describes ``table`` (not an older table at the same path)."""
         return self.table_id == str(table.metadata().id) and self.table_version <= table.version()
 
 
-def _from_body(body: dict[str, Any] | None) -> CommitRecord | None:
-    if body is None:
-        return None
+_RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "batch_key": str,
+    "generation": int,
+    "table_id": str,
+    "table_version": int,
+    "manifest": dict,
+    "files": list,
+    "committed_at": str,
+}
+_REQUIRED = {f.name for f in fields(CommitRecord) if f.name != "committed_at"}
+
+
+def _shape_error(body: dict[str, Any]) -> str | None:
+    """What makes ``body`` no commit record airflow-eod writes, or ``None``. Its checksum
+    does not vouch for it (a public SHA-256 of the body: whoever can write the table can
+    forge one), so every key and type is checked before any field is used."""
+    if not isinstance(body, dict):
+        return f"is a {type(body).__name__}, not an object"
+    if extra := sorted(set(body) - set(_RECORD_TYPES)):
+        return f"has keys no commit record has: {', '.join(map(repr, extra))}"
+    if missing := sorted(_REQUIRED - set(body)):
+        return f"lacks the key(s) {', '.join(map(repr, missing))}"
+    for key, want in _RECORD_TYPES.items():
+        value = body.get(key, "")
+        # bool is an int to Python, never to a record.
+        if not isinstance(value, want) or isinstance(value, bool):
+            return f"has a {key} of type {type(value).__name__}"
+    if body["generation"] < 0 or body["table_version"] < 0:
+        return "has a negative generation or table version"
+    if not all(isinstance(f, str) for f in body["files"]):
+        return "has a file path that is no string"
+    try:
+        Manifest.from_dict(body["manifest"])
+    except ValueError as exc:
+        return f"has a manifest that {exc}"
+    return None
+
+
+def _from_body(plan_log: PlanLog, where: str, body: dict[str, Any]) -> CommitRecord:
+    """The record in ``body`` (read from ``where``); :class:`CorruptTableError` when it is
+    not of the shape airflow-eod writes (the CLI exits 2, the sensor ends at once)."""
+    why = _shape_error(body)
+    if why is not None:
+        raise CorruptTableError(plan_log.table_path, where, f"{why} (a commit record of the wrong shape)")
     return CommitRecord(**body)
 
 
@@ -118,9 +159,17 @@ def judge(plan_log: PlanLog, table: TableLog, batch: BatchKey, record: CommitRec
 
 def newest_record(plan_log: PlanLog, table: TableLog, batch: BatchKey) -> CommitRecord | None:
     """The newest record of ``batch`` that fits ``table``, or ``None``."""
-    record = _from_body(plan_log.newest_commit_record(batch.key, str(table.metadata().id)))
-    if record is None:
+    table_id = str(table.metadata().id)
+    body = plan_log.newest_commit_record(batch.key, table_id)
+    if body is None:
         return None
+    gen = body.get("generation") if isinstance(body, dict) else None
+    where = (
+        plan_log.commit_record_path(batch.key, gen, table_id)
+        if type(gen) is int and gen >= 0
+        else f"the newest commit record in {plan_log.record_dir(batch.key)}"
+    )
+    record = _from_body(plan_log, where, body)
     if not record.fits(table):
         log.warning(
             "batch %s: ignoring commit record g%d: it describes table %s at version %d, the table "
@@ -138,8 +187,12 @@ def newest_record(plan_log: PlanLog, table: TableLog, batch: BatchKey) -> Commit
 
 def record_at(plan_log: PlanLog, table: TableLog, batch: BatchKey, generation: int) -> CommitRecord | None:
     """The record of ``batch`` at exactly ``generation`` that fits ``table``, or ``None``."""
-    record = _from_body(plan_log.commit_record(batch.key, generation, str(table.metadata().id)))
-    if record is None or not record.fits(table):
+    table_id = str(table.metadata().id)
+    body = plan_log.commit_record(batch.key, generation, table_id)
+    if body is None:
+        return None
+    record = _from_body(plan_log, plan_log.commit_record_path(batch.key, generation, table_id), body)
+    if not record.fits(table):
         return None
     return judge(plan_log, table, batch, record)
 

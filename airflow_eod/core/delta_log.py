@@ -488,9 +488,26 @@ def _read_checkpoint(files: list[str], stats: LogReadStats) -> tuple[dict[str, A
                 flat = pa.Table.from_batches(
                     [pa.RecordBatch.from_struct_array(chunk) for chunk in txn.chunks if len(chunk)]
                 )
-                markers.append(flat.select(["appId", "version"]))
+                markers.append(_checked_markers(path, flat.select(["appId", "version"])))
     merged = pa.concat_tables(markers) if markers else None
     return state, merged
+
+
+def _checked_markers(path: str, markers: pa.Table) -> pa.Table:
+    """``markers`` (a checkpoint's ``appId``, ``version``) when every one is a string and an
+    integer, as Delta writes them; :class:`CorruptTableError` for a null or another type,
+    which no reader may take for a marker (nor crash on)."""
+    ids, versions = markers.column("appId"), markers.column("version")
+    if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)) or not pa.types.is_integer(
+        versions.type
+    ):
+        why = f"has txn markers of type appId {ids.type}, version {versions.type} (not string, integer)"
+    elif ids.null_count or versions.null_count:
+        why = "has a txn marker without an appId or a version (null)"
+    else:
+        return markers
+    table_path = os.path.dirname(os.path.dirname(path))
+    raise CorruptTableError(table_path, path, why)
 
 
 def checkpoint_path(table_path: str, version: int) -> str:

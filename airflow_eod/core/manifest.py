@@ -7,7 +7,7 @@ table alone can answer "what was in batch K, and who committed it".
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from airflow_eod.core import bounded_json
@@ -65,6 +65,46 @@ class Manifest:
             return None
         body = {k: v for k, v in body.items() if k != "format"}
         try:
-            return cls(**body)
-        except TypeError:
+            return cls.from_dict(body)
+        except ValueError:
             return None
+
+    @classmethod
+    def from_dict(cls, body: dict[str, Any]) -> Manifest:
+        """The manifest ``body`` (as :func:`dataclasses.asdict` gives it) describes; a
+        :class:`ValueError` saying what is wrong when it has a key a manifest has not, lacks
+        one it must have, or holds a value of the wrong type (it comes from a table's files,
+        which whoever can write the table controls)."""
+        if not isinstance(body, dict):
+            raise ValueError(f"is a {type(body).__name__}, not an object")
+        if extra := sorted(set(body) - set(_TYPES)):
+            raise ValueError(f"has keys no manifest has: {', '.join(map(repr, extra))}")
+        if missing := sorted(_REQUIRED - set(body)):
+            raise ValueError(f"lacks the key(s) {', '.join(map(repr, missing))}")
+        for key, value in body.items():
+            want = _TYPES[key]
+            if value is None and key in _OPTIONAL:
+                continue
+            # bool is an int to Python, never to a manifest.
+            if not isinstance(value, want) or isinstance(value, bool):
+                raise ValueError(f"has a {key} of type {type(value).__name__}")
+        return cls(**body)
+
+
+_TYPES: dict[str, type] = {
+    "pipeline_id": str,
+    "batch_key": str,
+    "generation": int,
+    "boundary": dict,
+    "input_fingerprint": str,
+    "rows": int,
+    "files": int,
+    "attempt_id": str,
+    "engine": str,
+    "run_id": str,
+    "try_number": int,
+    "previous_generation": int,
+    "extra": dict,
+}
+_OPTIONAL = {"run_id", "try_number", "previous_generation"}  # may be None
+_REQUIRED = {f.name for f in fields(Manifest) if f.default is MISSING and f.default_factory is MISSING}

@@ -254,7 +254,10 @@ def _checkpoint_markers(log_dir: str, names: list[str], version: int, out: LogFa
     for n in parts[out.checkpoint]:
         for t in open_checkpoint(os.path.join(log_dir, n)).read(columns=["txn"]).column("txn").to_pylist():
             if t:
-                out.markers[t["appId"]] = (int(t["version"]), t.get("lastUpdated"))
+                if not isinstance(t.get("appId"), str) or type(t.get("version")) is not int:
+                    why = "has a txn marker without a string appId and an integer version"
+                    raise CorruptTableError(os.path.dirname(log_dir), os.path.join(log_dir, n), why)
+                out.markers[t["appId"]] = (t["version"], t.get("lastUpdated"))
 
 
 def read_log_facts(table_path: str, version: int) -> LogFacts:
@@ -405,6 +408,8 @@ def read_plan_log_facts(table_path: str, table_id: str) -> PlanLogFacts:
     out = PlanLogFacts()
     root = os.path.join(table_path, META_DIR, "pipelines")
     for pipeline in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if not os.path.isdir(os.path.join(root, pipeline)):
+            continue  # a file someone left there: no pipeline
         try:
             plan_log = PlanLog(table_path, pipeline)
         except EodError:

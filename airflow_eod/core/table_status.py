@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from airflow_eod.core.ask import BatchStatus, ask_table, open_table
-from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.batch import BatchKey, validate_pipeline_id
 from airflow_eod.core.delta_log import TableLog
+from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.core.table_layout import META_DIR, local_path, under
@@ -65,6 +66,10 @@ def _known_keys(table_uri: str) -> dict[str, set[str]]:
     root = os.path.join(local_path(table_uri), META_DIR, "pipelines")
     found: dict[str, set[str]] = {}
     for pipeline in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        # A Finder .DS_Store, a directory copied aside ("old backup"): no pipeline of the
+        # table, passed over as ask and verify pass over them.
+        if not _is_pipeline_id(pipeline) or not os.path.isdir(os.path.join(root, pipeline)):
+            continue
         log = PlanLog(table_uri, pipeline)
         newest = log.newest_offset_seq()
         keys = {log.get_offset_plan(s).batch_key for s in range(newest + 1 if newest is not None else 0)}
@@ -74,6 +79,14 @@ def _known_keys(table_uri: str) -> dict[str, set[str]]:
         keys |= set(log.recorded_batches())
         found[pipeline] = keys
     return found
+
+
+def _is_pipeline_id(name: str) -> bool:
+    try:
+        validate_pipeline_id(name)
+    except ConfigurationError:
+        return False
+    return True
 
 
 _OFFSET_KEY = re.compile(r"^o-\d+-")

@@ -33,7 +33,7 @@ from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.core.restatement import refreeze_hint
 from airflow_eod.sources.base import ReadContext
-from airflow_eod.sources.jdbc_url import check_jdbc_url
+from airflow_eod.sources.jdbc_url import check_jdbc_url, redact_jdbc_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -288,7 +288,8 @@ class JdbcIncrementalSource:
             props.setProperty("password", ctx.credentials.password)
             conn = driver.connect(self.url, props)
             if conn is None:
-                raise ConfigurationError(f"JDBC driver {self.driver} does not accept the URL {self.url}")
+                shown = redact_jdbc_url(self.url)
+                raise ConfigurationError(f"JDBC driver {self.driver} does not accept the URL {shown}")
             try:
                 conn.setReadOnly(True)
                 return work(jvm, conn)

@@ -11,8 +11,12 @@ options). Drivers spell credentials many ways, so the check is broad on purpose:
 - Oracle thin: ``jdbc:oracle:thin:scott/tiger@db:1521/X`` (``user/password@``);
 - properties in ``?a=b&c=d`` (MySQL, PostgreSQL), ``;a=b;c=d`` (SQL Server, DB2, Derby,
   ODBC-style ``UID=``/``PWD=``) and ``:a=b;`` (DB2) form, any case: ``user``, ``username``,
-  ``password``, ``pwd``, ``uid``, ``passwd``, ``pass`` and a few driver-specific names for
-  keys and tokens (see ``_SECRET_KEYS``).
+  ``uid``, ``userid`` (whole or after a prefix: ``ssl_user``), and every name that, in any
+  case and with ``_``, ``-`` and ``.`` ignored, contains ``pass``, ``pwd``, ``secret``,
+  ``token``, ``credential``, ``apikey``, ``accesskey``, ``privatekey`` or ``pvtkey``
+  (``password1``, ``SecretAccessKey``, ``SessionToken``, ``OAuth2Secret``,
+  ``OAuthRefreshToken``, ``javax.net.ssl.keyStorePassword``): drivers keep adding names, so
+  the words are matched, not a list of names.
 
 A URL refused here says what to do, and never echoes the URL itself.
 """
@@ -24,49 +28,43 @@ from urllib.parse import unquote
 
 from airflow_eod.core.errors import ConfigurationError
 
-# Property names that carry a principal or a secret, in any driver's spelling (lower case).
-_SECRET_KEYS = (
-    "user",
-    "username",
-    "uid",
-    "userid",
-    "user_id",
-    "password",
-    "passwd",
+# A property name that names a principal: whole, or after a ``.``/``_``/``-`` prefix
+# (``ssl_user``), lower case.
+_PRINCIPALS = frozenset({"user", "username", "uid", "userid", "sslkey"})
+# A property name that holds one of these (lower case, ``_``, ``-`` and ``.`` ignored) may
+# carry a secret, whatever the driver: ``password1`` (MySQL multi-factor),
+# ``SecretAccessKey``/``AccessKeyID`` (Redshift, Athena), ``SessionToken``, ``OAuth2Secret``
+# (Databricks), ``OAuthAccessToken``/``OAuthRefreshToken``/``OAuthPvtKey`` (BigQuery),
+# ``sslPassword``, ``javax.net.ssl.keyStorePassword``. Words inside names, not whole names:
+# drivers keep adding names, and a list of them was always one short.
+_SECRET_PARTS = (
     "pass",
     "pwd",
     "secret",
     "token",
-    "accesstoken",
-    "access_token",
+    "credential",
     "apikey",
-    "api_key",
+    "accesskey",
     "privatekey",
-    "private_key",
-    "private_key_file_pwd",
-    "ssl_password",
-    "sslpassword",
-    "sslkey",
-    "keystorepassword",
-    "truststorepassword",
-    "oauthclientsecret",
-    "authtoken",
+    "pvtkey",
 )
-# A property ``key=`` after one of the separators drivers use: ``?`` ``&`` ``;`` ``:`` and,
-# for URLs written with spaces, whitespace. ``key`` may carry a prefix of its own
-# (``sslPassword``, ``javax.net.ssl.keyStorePassword``, ``SSL_PASSWORD``).
-_PROPERTY = re.compile(
-    r"[?&;:\s,(]\s*(?:[\w.\-]*[._\-])?(" + "|".join(_SECRET_KEYS) + r")\s*=",
-    re.IGNORECASE,
-)
+# A property ``name=value`` after one of the separators drivers use: ``?`` ``&`` ``;`` ``:``
+# ``,`` ``(`` and, for URLs written with spaces, whitespace.
+_PAIR = re.compile(r"([?&;:\s,(]\s*)([\w.\-]+)(\s*=)([^&;:\s,)]*)")
+
+
+def _is_secret_name(name: str) -> bool:
+    """Whether a property named ``name`` may carry a principal or a secret."""
+    lowered = name.lower()
+    flat = re.sub(r"[._\-]", "", lowered)
+    last = re.split(r"[._\-]", lowered)[-1]
+    return flat in _PRINCIPALS or last in _PRINCIPALS or any(part in flat for part in _SECRET_PARTS)
+
+
 # userinfo in an authority: ``//user[:password]@host``.
 _USERINFO = re.compile(r"//[^/?;#\s]*@")
 # Oracle thin and OCI: ``jdbc:oracle:thin:user/password@...`` or ``...:user@...``.
 _ORACLE = re.compile(r"^(jdbc:oracle:(?:thin|oci|kprb)[^:]*:)(?!@)[^@]*@", re.IGNORECASE)
-_SECRET_VALUE = re.compile(
-    r"([?&;:\s,(]\s*(?:[\w.\-]*[._\-])?(?:" + "|".join(_SECRET_KEYS) + r")\s*=)[^&;:\s,)]*",
-    re.IGNORECASE,
-)
 _LOOSE_USERINFO = re.compile(r"(^|[/:;(\s])[^/:;@()\s*]+[:/][^/:;@()\s*]+@")
 # What a redacted URL shows of a value that may be a secret.
 _MASK = "***"
@@ -81,9 +79,9 @@ def find_credentials(url: str) -> str | None:
         return "a URL that is not text"
     # Drivers percent-decode properties: "pass%77ord=" is "password=" to them.
     for text in (url, unquote(url)):
-        m = _PROPERTY.search(text)
-        if m:
-            return f"a {m.group(1)}= property"
+        for m in _PAIR.finditer(text):
+            if _is_secret_name(m.group(2)):
+                return f"a {m.group(2)}= property"
         if _ORACLE.search(text):
             return "an Oracle user/password@ prefix"
         if _USERINFO.search(text):
@@ -126,7 +124,10 @@ def redact_jdbc_url(url: object) -> str:
     if not isinstance(url, str):
         return f"<{type(url).__name__}>"
     text = unquote(url)  # shown decoded: an encoded secret ("pass%77ord=") is masked too
-    text = _SECRET_VALUE.sub(lambda m: m.group(1) + _MASK, text)
+    text = _PAIR.sub(
+        lambda m: m.expand(r"\1\2\3") + _MASK if _is_secret_name(m.group(2)) else m.group(0),
+        text,
+    )
     text = _ORACLE.sub(lambda m: m.group(1) + _MASK + "@", text)
     text = _USERINFO.sub("//" + _MASK + "@", text)
     # Any other ``user/password@`` or ``user:password@`` a driver may take.
