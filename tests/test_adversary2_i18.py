@@ -2,8 +2,8 @@
 table content, landing content or a connection against invariant I11 ("nothing outside its
 roots": reads, writes and deletes only under the roots, bounds what it reads).
 
-Each test reproduces a defect found on 20b6973 and is marked ``xfail(strict=True)`` until the
-product is fixed; its docstring says what happens today. No Spark: real Delta tables committed
+Each test reproduced a defect found on 20b6973 (marked ``xfail(strict=True)`` until the
+product was fixed, and passing since); its docstring says what happened. No Spark: real Delta tables committed
 by the real commit engine (as in tests/test_security_table_content.py), then one file of the
 table replaced by what an attacker (or a storage fault) would put there.
 """
