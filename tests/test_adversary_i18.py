@@ -182,7 +182,7 @@ def test_a_planner_killed_between_registering_and_checking_wedges_the_next_day(
     _freeze(plan_log, *_days(1, 2))
     noon = _days(1.5, 2.5)
 
-    def dies(self: IntervalIndex, span: Any) -> Any:
+    def dies(self: IntervalIndex, span: Any, **_kw: Any) -> Any:
         raise InjectedFault("SIGKILL: the planner died after registering its interval")
 
     with monkeypatch.context() as m:

@@ -159,18 +159,33 @@ class IntervalIndex:
                     pass
         return not left
 
-    def overlapping(self, span: Span) -> list[Span]:
+    def drop_names(self, paths: list[str]) -> None:
+        """Remove names that :meth:`overlapping` gave as ``twins`` (already gone: fine)."""
+        for path in paths:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+
+    def overlapping(self, span: Span, *, twins: list[str] | None = None) -> list[Span]:
         """Every other registered interval that overlaps ``span`` (the same interval is not
-        an overlap: it is the same batch), sorted by start."""
+        an overlap: it is the same batch), sorted by start.
+
+        :param twins: if given, the paths of the names of ``span`` itself (this planner's
+            and any other's) are appended to it, from the same listing.
+        """
         found: set[Span] = set()
         for day in _days(span):
+            folder = self._day_dir(day)
             try:
-                names = os.listdir(self._day_dir(day))
+                names = os.listdir(folder)
             except FileNotFoundError:
                 continue
             for name in names:
                 other = _parse(name)
-                if other is not None and other != span and other[0] < span[1] and span[0] < other[1]:
+                if other == span and twins is not None:
+                    twins.append(os.path.join(folder, name))
+                elif other is not None and other != span and other[0] < span[1] and span[0] < other[1]:
                     found.add(other)
         return sorted(found)
 

@@ -155,10 +155,11 @@ def refuse_overlaps(plan_log: PlanLog, plan: Plan, start: datetime, end: datetim
         return plan_log.get_plan(BatchKey.for_interval(pipeline, *span_bounds(other)).key) is not None
 
     token = index.register(span)
+    twins: list[str] = []
     try:
         others = [
             other
-            for other in index.overlapping(span)
+            for other in index.overlapping(span, twins=twins)
             # A name with no plan behind it for long was left by a planner that died.
             if stored(other) or not index.drop_orphans(other, older_than_s=STALE_AFTER_S)
         ]
@@ -171,7 +172,7 @@ def refuse_overlaps(plan_log: PlanLog, plan: Plan, start: datetime, end: datetim
     if any(stored(other) for other in others):
         # No plan of this interval can be stored while an overlapping one is: names of it
         # without a plan are a dead planner's, and would block the neighbours.
-        index.drop_orphans(span)
+        index.drop_names(twins)
     described = []
     for other in others:
         other_key = BatchKey.for_interval(pipeline, *span_bounds(other)).key
