@@ -140,6 +140,21 @@ class IntervalIndex:
         """
         left = False
         now = time.time()
+        for folder, name, other in self._listed(span):
+            if other != span:
+                continue
+            path = os.path.join(folder, name)
+            try:
+                if older_than_s is not None and now - os.lstat(path).st_mtime < older_than_s:
+                    left = True
+                    continue
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+        return not left
+
+    def _listed(self, span: Span) -> Iterator[tuple[str, str, Span | None]]:
+        """``(folder, name, the name's interval)`` of every name in the days ``span`` touches."""
         for day in _days(span):
             folder = self._day_dir(day)
             try:
@@ -147,17 +162,7 @@ class IntervalIndex:
             except FileNotFoundError:
                 continue
             for name in names:
-                if _parse(name) != span:
-                    continue
-                path = os.path.join(folder, name)
-                try:
-                    if older_than_s is not None and now - os.lstat(path).st_mtime < older_than_s:
-                        left = True
-                        continue
-                    os.remove(path)
-                except FileNotFoundError:
-                    pass
-        return not left
+                yield folder, name, _parse(name)
 
     def drop_names(self, paths: list[str]) -> None:
         """Remove names that :meth:`overlapping` gave as ``twins`` (already gone: fine)."""
@@ -175,18 +180,11 @@ class IntervalIndex:
             and any other's) are appended to it, from the same listing.
         """
         found: set[Span] = set()
-        for day in _days(span):
-            folder = self._day_dir(day)
-            try:
-                names = os.listdir(folder)
-            except FileNotFoundError:
-                continue
-            for name in names:
-                other = _parse(name)
-                if other == span and twins is not None:
-                    twins.append(os.path.join(folder, name))
-                elif other is not None and other != span and other[0] < span[1] and span[0] < other[1]:
-                    found.add(other)
+        for folder, name, other in self._listed(span):
+            if other == span and twins is not None:
+                twins.append(os.path.join(folder, name))
+            elif other is not None and other != span and other[0] < span[1] and span[0] < other[1]:
+                found.add(other)
         return sorted(found)
 
     def ensure_complete(self) -> None:

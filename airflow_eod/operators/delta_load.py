@@ -41,7 +41,7 @@ from airflow_eod.core.spec_files import spec_path as spec_file_path
 from airflow_eod.core.table_layout import local_path, table_asset_uri
 from airflow_eod.links.delta_table import DeltaTableLink
 from airflow_eod.operators.spark_master import check_master_reachable
-from airflow_eod.run_conf import conf_of, restate_request
+from airflow_eod.run_conf import as_bool, conf_of, restate_request
 from airflow_eod.run_context import (
     data_interval_for,
     pipeline_id_for,
@@ -90,17 +90,6 @@ def _check_submit_kwargs(submit_kwargs: dict[str, Any], spark_conf: dict[str, st
                 f"submit_kwargs[{key!r}]: spark-submit would return before the driver ends, and "
                 "the task must ask the table after the driver has ended"
             )
-
-
-def _as_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no", "", "none"):
-        return False
-    raise ConfigurationError(f"restate must be true or false, not {value!r}")
 
 
 class BaseDeltaLoadOperator(BaseOperator):
@@ -290,7 +279,7 @@ class BaseDeltaLoadOperator(BaseOperator):
         pipeline_id = pipeline_id_for(self, self.pipeline_id, context)
         # dag_run.conf may ask this pipeline to restate: the way out needing no DAG change.
         restate, restate_batch_key = restate_request(
-            conf_of(context), pipeline_id, _as_bool(self.restate), self.restate_batch_key
+            conf_of(context), pipeline_id, as_bool("restate", self.restate), self.restate_batch_key
         )
         request = LoadRequest(
             table_uri=self.table_uri,
