@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any
 
 import pyarrow as pa
@@ -25,6 +26,7 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit import commit_batch
 from airflow_eod.core.commit_record import CommitRecord, write_record
 from airflow_eod.core.errors import CorruptRecordError
+from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import Plan, PlanLog
 from airflow_eod.core.planner import plan_offset_batch
 from airflow_eod.sources.landing_files import LandingFilesSource
@@ -184,10 +186,22 @@ def test_a_record_the_table_contradicts_is_reported_as_corrupt(tmp_path: Any) ->
     assert reading is not None
     log = PlanLog(table, PIPELINE)
     # A record for batch 2 at generation 1, naming batch 1's commit: that commit carries no
-    # marker of batch 2, so the record lies.
+    # marker of batch 2, so the record lies (its manifest is of the right shape: a record of
+    # the wrong shape is refused before, as a corrupt table file).
+    manifest = Manifest(
+        pipeline_id=PIPELINE,
+        batch_key=plans[2].batch_key,
+        generation=1,
+        boundary=plans[2].boundary,
+        input_fingerprint=plans[2].input_fingerprint,
+        rows=0,
+        files=0,
+        attempt_id="a-liar",
+        engine="delta-rs",
+    )
     write_record(
         log,
-        CommitRecord(plans[2].batch_key, 1, str(reading.metadata().id), 1, {}, []),
+        CommitRecord(plans[2].batch_key, 1, str(reading.metadata().id), 1, asdict(manifest), []),
     )
     with pytest.raises(CorruptRecordError, match=r"carries no marker of the batch.*corrupt commit record"):
         ask(table, plans[2].key)
