@@ -324,7 +324,11 @@ def test_a_task_log_has_no_pandas_3_warning(task_log: dict[str, Any]) -> None:
 
 _DAG_FILE = """
 from datetime import datetime, timedelta, timezone
-from airflow.sdk import DAG, CronDataIntervalTimetable
+from airflow.sdk import DAG
+try:
+    from airflow.sdk import CronDataIntervalTimetable
+except ImportError:  # Airflow 3.1 keeps it in airflow.timetables (tests/airflow_compat.py)
+    from airflow.timetables.interval import CronDataIntervalTimetable
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
 
 with DAG("eod_edges_{name}", schedule={schedule}, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)):
