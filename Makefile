@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-airflow-lowest lint typecheck check-java clean bench dist dist-check
+.PHONY: demo test test-airflow-lowest lint typecheck check-java clean bench dist dist-check jars
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 or newer is required (Spark runs on the JVM): install a JDK, e.g. 'apt-get install openjdk-17-jdk-headless'"; exit 1; }
@@ -24,7 +24,13 @@ $(STAMP): pyproject.toml
 demo: check-java $(STAMP)
 	$(BIN)/python -m airflow_eod.examples.demo
 
-test: check-java $(STAMP)
+# The Delta Spark jars (not on PyPI) for the `delta_spark` tier, fetched once with Maven into
+# ~/.cache/airflow-eod/jars (airflow_eod/spark/jars.py); a second run fetches nothing. Without
+# Maven the tier skips and says why (CI fails instead). `make demo` needs none of this.
+jars: $(STAMP)
+	@$(BIN)/python -m airflow_eod.spark.jars >/dev/null || echo "the delta_spark tier will be skipped (see above)"
+
+test: check-java $(STAMP) jars
 	$(BIN)/ruff check airflow_eod dags tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
