@@ -43,6 +43,48 @@ os.environ["EOD_FAULTPOINTS_TESTING"] = "1"
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+def _find_delta_spark_jars() -> str | None:
+    """Why the ``delta_spark`` tier cannot run, or ``None`` when it can.
+
+    EOD_DELTA_SPARK_JARS names the jars; otherwise the jars ``make test`` fetched into the
+    cache (airflow_eod/spark/jars.py) are taken, and put in the environment so that every
+    process the tests start (chaos children, spark-submit) sees the same ones.
+    """
+    if os.environ.get(DELTA_SPARK_JARS_ENV):
+        return None
+    from airflow_eod.spark.jars import DEFAULT_CACHE, JarFetchError, cached, delta_spark_jars
+
+    try:
+        paths = cached(delta_spark_jars())
+    except JarFetchError as exc:
+        return str(exc)
+    if paths is None:
+        return (
+            f"the Delta Spark jars are not in {DEFAULT_CACHE} and {DELTA_SPARK_JARS_ENV} is unset: "
+            "`make test` fetches them with Maven (`python -m airflow_eod.spark.jars`)"
+        )
+    os.environ[DELTA_SPARK_JARS_ENV] = ",".join(paths)
+    return None
+
+
+DELTA_SPARK_MISSING = _find_delta_spark_jars()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The ``delta_spark`` tier skips, saying why, where the jars are missing; CI
+    (EOD_REQUIRE_DELTA_SPARK=1, set by .ci/run) fails instead of skipping it."""
+    if DELTA_SPARK_MISSING is None:
+        return
+    tier = [item for item in items if item.get_closest_marker("delta_spark")]
+    if tier and os.environ.get("EOD_REQUIRE_DELTA_SPARK") == "1":
+        raise pytest.UsageError(
+            f"EOD_REQUIRE_DELTA_SPARK=1 but {len(tier)} delta_spark tests cannot run: {DELTA_SPARK_MISSING}"
+        )
+    skip = pytest.mark.skip(reason=DELTA_SPARK_MISSING)
+    for item in tier:
+        item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from airflow_eod.spark.session import get_session

@@ -199,10 +199,6 @@ def test_a_planner_killed_between_registering_and_checking_wedges_the_next_day(
 @pytest.mark.spark
 @pytest.mark.jdbc
 @pytest.mark.delta_spark
-@pytest.mark.skipif(
-    not os.environ.get("EOD_DELTA_SPARK_JARS"),
-    reason="the Delta Spark jars are not available here (no Maven access); set EOD_DELTA_SPARK_JARS",
-)
 def test_an_update_while_the_delta_spark_engine_reads_is_committed_silently(
     spark: Any, postgres: Any, table: str
 ) -> None:

@@ -1,13 +1,12 @@
 """The Delta Spark engine (writer options txnAppId/txnVersion/userMetadata).
 
-It needs the Delta Spark jars on the Spark classpath. This machine cannot download Maven
-artifacts, so these tests run only when EOD_DELTA_SPARK_JARS names the jars (a
-comma-separated list, e.g. delta-spark_2.13-4.4.1.jar,delta-storage-4.4.1.jar).
+It needs the Delta Spark jars on the Spark classpath: `make test` fetches them
+(airflow_eod/spark/jars.py), and tests/conftest.py skips the tier, saying why, where they
+are missing (CI fails instead).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -15,17 +14,11 @@ from deltalake import DeltaTable
 
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.spark.load_job import run_load
-from tests.conftest import DELTA_SPARK_JARS_ENV
 from tests.helpers import check, orders_source, plan_for, spec_for
 
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.delta_spark,
-    pytest.mark.skipif(
-        not os.environ.get(DELTA_SPARK_JARS_ENV),
-        reason=f"the Delta Spark jars are not available here (no Maven access); set "
-        f"{DELTA_SPARK_JARS_ENV} to their paths to run the Delta Spark engine tests",
-    ),
 ]
 
 

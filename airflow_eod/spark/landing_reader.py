@@ -120,8 +120,13 @@ def declared_schema(ddl: str) -> StructType:
     to read it costs a Python RDD (~30 ms) every load."""
     from pyspark.sql.types import DataType, StructType
 
+    # DataType.fromDDL is Spark 4's; Spark 3.5 (still on many clusters) parses the same DDL
+    # with the function fromDDL wraps.
+    from_ddl = getattr(DataType, "fromDDL", None)
+    if from_ddl is None:
+        from pyspark.sql.types import _parse_datatype_string as from_ddl
     try:
-        parsed = DataType.fromDDL(ddl)
+        parsed = from_ddl(ddl)
     except Exception as exc:  # Spark's ParseException: a retry parses the same text
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ConfigurationError(f"the schema {ddl!r} is not a Spark DDL schema: {first}") from exc

@@ -103,8 +103,7 @@ def get_session(
 def _launch_jvm_logged(builder: Any, logger: logging.Logger) -> None:
     """Start the JVM the builder would start, with its output routed to ``logger``; nothing
     when this process has a JVM already."""
-    from pyspark import SparkConf
-    from pyspark.core.context import SparkContext
+    from pyspark import SparkConf, SparkContext  # pyspark.core.context on Spark 4, pyspark.context on 3.5
 
     from airflow_eod.spark.jvm_log import launch_logged_gateway
 
