@@ -32,6 +32,7 @@ from airflow_eod.core.options import (
     Execution,
     SchemaDrift,
     check_catch_up,
+    check_engine_options,
     check_table_uri,
     choice,
     is_template,
@@ -184,6 +185,12 @@ class BaseDeltaLoadOperator(BaseOperator):
         # typo is an import error in the UI, not three failed tries.
         choice("execution", execution, EXECUTION_MODES)
         choice("engine", engine, ENGINES)
+        check_engine_options(
+            engine,
+            restate=restate,
+            restate_batch_key=restate_batch_key,
+            quarantine_table_uri=quarantine_table_uri,
+        )
         choice("schema_drift", schema_drift, SCHEMA_POLICIES)
         check_table_uri("table_uri", table_uri)
         check_table_uri("quarantine_table_uri", quarantine_table_uri)
@@ -281,6 +288,8 @@ class BaseDeltaLoadOperator(BaseOperator):
         restate, restate_batch_key = restate_request(
             conf_of(context), pipeline_id, as_bool("restate", self.restate), self.restate_batch_key
         )
+        # A restatement asked by dag_run.conf is refused before it freezes a new generation.
+        check_engine_options(self.engine, restate=restate)
         request = LoadRequest(
             table_uri=self.table_uri,
             pipeline_id=pipeline_id,
