@@ -252,8 +252,10 @@ class BaseDeltaLoadOperator(BaseOperator):
         return data_interval_for(context)
 
     def _local_conf(self) -> dict[str, str]:
+        from airflow_eod.spark.session import engine_conf
+
         # Progress bars are for terminals: in a task log they are noise on every stage.
-        conf = {"spark.ui.showConsoleProgress": "false", **self.spark_conf}
+        conf = {"spark.ui.showConsoleProgress": "false", **engine_conf(self.engine), **self.spark_conf}
         if self.jars:
             conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), self.jars]))
         return conf
@@ -421,7 +423,7 @@ class BaseDeltaLoadOperator(BaseOperator):
 
         from airflow_eod.spark import driver
         from airflow_eod.spark.load_job import settle_committed
-        from airflow_eod.spark.session import REQUIRED_CONF, with_utc_jvms
+        from airflow_eod.spark.session import REQUIRED_CONF, engine_conf, with_utc_jvms
 
         label = frozen.plan.key.label
         # The spec lives beside the table: a driver that can write the table can read it,
@@ -440,7 +442,7 @@ class BaseDeltaLoadOperator(BaseOperator):
                 driver.CREDENTIALS_PASSWORD_ENV: credentials.password,
             }
         self._hook = SparkSubmitHook(
-            conf={**with_utc_jvms(self.spark_conf), **REQUIRED_CONF},
+            conf={**engine_conf(self.engine), **with_utc_jvms(self.spark_conf), **REQUIRED_CONF},
             conn_id=self.spark_conn_id,
             jars=self.jars,
             name=f"airflow-eod {label}"[:200],

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from airflow_eod.core.ask import BatchStatus, ask, ask_table, open_table
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import BatchError
+from airflow_eod.core.errors import BatchError, ConfigurationError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
@@ -22,6 +22,9 @@ from airflow_eod.core.table_layout import local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+# How Spark says the session cannot write Delta at all: no retry of the task can fix that.
+_NOT_SET_UP = ("DELTA_CONFIGURE_SPARK_SESSION_WITH_EXTENSION_AND_CATALOG", "DATA_SOURCE_NOT_FOUND")
 
 
 def write_with_delta_spark(
@@ -77,6 +80,14 @@ def write_with_delta_spark(
         if after.committed:
             return False, after
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if any(code in str(exc) for code in _NOT_SET_UP):
+            raise ConfigurationError(
+                f"batch {batch.label}: engine='delta-spark' needs the Delta Spark jars on the Spark "
+                "classpath and a session made with spark.sql.extensions="
+                "io.delta.sql.DeltaSparkSessionExtension and spark.sql.catalog.spark_catalog="
+                "org.apache.spark.sql.delta.catalog.DeltaCatalog (the operator sets both for the "
+                f"sessions it makes; see docs/reference.md); nothing was committed: {first}"
+            ) from exc
         raise BatchError(batch.label, f"the Delta Spark write failed and committed nothing: {first}") from exc
     # Delta Spark has committed (or skipped): a crash from here on leaves a batch that the
     # next ask finds committed, with no durable record yet (the ask writes it). The delta-rs
