@@ -208,7 +208,7 @@ def test_an_update_while_the_delta_spark_engine_reads_is_committed_silently(
     lands after the check before the read (here inside the transform, before Spark's lazy
     read) is committed under the frozen key without a word: the guarantee of issue 18 item 2
     ("checked before the read and before the commit") does not hold for this engine. Read
-    from the code at 7b309d0; not run on this machine (no Delta Spark jars)."""
+    from the code at 7b309d0; run since issue 19 with the jars."""
     create_orders(postgres, "adv_dspark")
     _rows(postgres, "adv_dspark", 16)
     src = _interval_source(JdbcIncrementalSource, postgres, "adv_dspark")

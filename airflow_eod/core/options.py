@@ -40,6 +40,35 @@ def choice(name: str, value: Any, allowed: tuple[str, ...]) -> Any:
     return value
 
 
+def check_engine_options(
+    engine: str, *, restate: Any = False, restate_batch_key: Any = None, quarantine_table_uri: Any = None
+) -> None:
+    """Refuse the options the ``delta-spark`` engine cannot honour, naming the engine and the
+    option. Delta Spark's append commits only its own new files: it cannot remove the old
+    generation's files in the commit that adds the new ones (restatement), nor carry a
+    quarantine outbox that is delivered with the batch.
+
+    A templated ``restate`` counts as a request: a DAG that may restate needs ``delta-rs``.
+    """
+    if engine != "delta-spark":
+        return
+    asked = [
+        name
+        for name, value in (
+            ("restate", restate),
+            ("restate_batch_key", restate_batch_key),
+            ("quarantine_table_uri", quarantine_table_uri),
+        )
+        if value not in (None, False, "", "false", "False")
+    ]
+    if asked:
+        raise ConfigurationError(
+            f"engine='delta-spark' does not support {' or '.join(asked)}: Delta Spark's append "
+            "cannot swap a batch's generations in one commit, nor deliver a quarantine with it; "
+            "use engine='delta-rs' (the default) for a pipeline that restates or quarantines"
+        )
+
+
 def is_template(value: Any) -> bool:
     """Whether ``value`` is rendered by Jinja before the task runs (checked then, not now)."""
     return isinstance(value, str) and ("{{" in value or "{%" in value)

@@ -32,6 +32,7 @@ from airflow_eod.core.options import (
     Execution,
     SchemaDrift,
     check_catch_up,
+    check_engine_options,
     check_table_uri,
     choice,
     is_template,
@@ -184,6 +185,12 @@ class BaseDeltaLoadOperator(BaseOperator):
         # typo is an import error in the UI, not three failed tries.
         choice("execution", execution, EXECUTION_MODES)
         choice("engine", engine, ENGINES)
+        check_engine_options(
+            engine,
+            restate=restate,
+            restate_batch_key=restate_batch_key,
+            quarantine_table_uri=quarantine_table_uri,
+        )
         choice("schema_drift", schema_drift, SCHEMA_POLICIES)
         check_table_uri("table_uri", table_uri)
         check_table_uri("quarantine_table_uri", quarantine_table_uri)
@@ -245,8 +252,10 @@ class BaseDeltaLoadOperator(BaseOperator):
         return data_interval_for(context)
 
     def _local_conf(self) -> dict[str, str]:
+        from airflow_eod.spark.session import engine_conf
+
         # Progress bars are for terminals: in a task log they are noise on every stage.
-        conf = {"spark.ui.showConsoleProgress": "false", **self.spark_conf}
+        conf = {"spark.ui.showConsoleProgress": "false", **engine_conf(self.engine), **self.spark_conf}
         if self.jars:
             conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), self.jars]))
         return conf
@@ -281,6 +290,8 @@ class BaseDeltaLoadOperator(BaseOperator):
         restate, restate_batch_key = restate_request(
             conf_of(context), pipeline_id, as_bool("restate", self.restate), self.restate_batch_key
         )
+        # A restatement asked by dag_run.conf is refused before it freezes a new generation.
+        check_engine_options(self.engine, restate=restate)
         request = LoadRequest(
             table_uri=self.table_uri,
             pipeline_id=pipeline_id,
@@ -412,7 +423,7 @@ class BaseDeltaLoadOperator(BaseOperator):
 
         from airflow_eod.spark import driver
         from airflow_eod.spark.load_job import settle_committed
-        from airflow_eod.spark.session import REQUIRED_CONF, with_utc_jvms
+        from airflow_eod.spark.session import REQUIRED_CONF, engine_conf, with_utc_jvms
 
         label = frozen.plan.key.label
         # The spec lives beside the table: a driver that can write the table can read it,
@@ -431,7 +442,7 @@ class BaseDeltaLoadOperator(BaseOperator):
                 driver.CREDENTIALS_PASSWORD_ENV: credentials.password,
             }
         self._hook = SparkSubmitHook(
-            conf={**with_utc_jvms(self.spark_conf), **REQUIRED_CONF},
+            conf={**engine_conf(self.engine), **with_utc_jvms(self.spark_conf), **REQUIRED_CONF},
             conn_id=self.spark_conn_id,
             jars=self.jars,
             name=f"airflow-eod {label}"[:200],

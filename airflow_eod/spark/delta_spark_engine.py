@@ -11,16 +11,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow_eod.core.ask import BatchStatus, ask
+from airflow_eod.core.ask import BatchStatus, ask, ask_table, open_table
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import BatchError
+from airflow_eod.core.errors import BatchError, ConfigurationError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
+from airflow_eod.core.table_compat import SCHEMA_FAIL, check_schema
 from airflow_eod.core.table_layout import local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+# How Spark says the session cannot write Delta at all: no retry of the task can fix that.
+_NOT_SET_UP = ("DELTA_CONFIGURE_SPARK_SESSION_WITH_EXTENSION_AND_CATALOG", "DATA_SOURCE_NOT_FOUND")
 
 
 def write_with_delta_spark(
@@ -32,23 +36,40 @@ def write_with_delta_spark(
     partition_by: list[str],
     *,
     try_number: int | None = None,
+    table_configuration: dict[str, str] | None = None,
+    schema_policy: str = SCHEMA_FAIL,
 ) -> tuple[bool, BatchStatus]:
     """Append ``df`` as ``batch`` through Delta Spark unless the table already has it.
 
+    :param table_configuration: table properties, applied only when this write creates the table.
+    :param schema_policy: ``fail``, or ``add_columns`` to add the batch's new nullable
+        columns in its commit (Delta Spark's ``mergeSchema``, after the same check as the
+        delta-rs engine's: a type change fails either way).
     :returns: ``(we_committed, status)`` as :func:`airflow_eod.core.commit.commit_batch`.
     """
-    before = ask(table_uri, batch, generation)
+    table = open_table(table_uri)
+    before = ask_table(table, batch, generation)
     if before.committed:
         return False, before
+    merge_schema = False
+    if table is not None:
+        # Checked here, not left to Delta Spark: its mergeSchema also widens types
+        # (int -> long) silently, and its own mismatch error is retried in vain.
+        widened = check_schema(table, df.schema.json(), partition_by, batch.label, schema_policy)
+        merge_schema = widened is not None
     writer = (
         df.write.format("delta")
         .mode("append")
         .option("txnAppId", batch.app_id)
         .option("txnVersion", str(generation))
         .option("userMetadata", manifest.to_user_metadata())
-        # Applied only when this write creates the table.
-        .option(RETENTION_KEY, DEFAULT_RETENTION)
     )
+    # Table properties as "delta."-prefixed writer options are applied only when this write
+    # creates the table: the retention the markers need, then the user's own.
+    for key, value in {RETENTION_KEY: DEFAULT_RETENTION, **(table_configuration or {})}.items():
+        writer = writer.option(key, value)
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     fault_point("before_commit", try_number=try_number)
@@ -58,7 +79,20 @@ def write_with_delta_spark(
         after = ask(table_uri, batch, generation)
         if after.committed:
             return False, after
-        raise BatchError(batch.label, f"the Delta Spark write failed: {exc}") from exc
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if any(code in str(exc) for code in _NOT_SET_UP):
+            raise ConfigurationError(
+                f"batch {batch.label}: engine='delta-spark' needs the Delta Spark jars on the Spark "
+                "classpath and a session made with spark.sql.extensions="
+                "io.delta.sql.DeltaSparkSessionExtension and spark.sql.catalog.spark_catalog="
+                "org.apache.spark.sql.delta.catalog.DeltaCatalog (the operator sets both for the "
+                f"sessions it makes; see docs/reference.md); nothing was committed: {first}"
+            ) from exc
+        raise BatchError(batch.label, f"the Delta Spark write failed and committed nothing: {first}") from exc
+    # Delta Spark has committed (or skipped): a crash from here on leaves a batch that the
+    # next ask finds committed, with no durable record yet (the ask writes it). The delta-rs
+    # engine's point between its commit and its record stands for the same moment.
+    fault_point("before_record", try_number=try_number)
     after = ask(table_uri, batch, generation)
     if not after.committed:
         raise BatchError(batch.label, "Delta Spark returned but the table has no marker for the batch")

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_eod.sources import Credentials
     from airflow_eod.spark.load_job import run_load
     from airflow_eod.spark.load_spec import LoadSpec
-    from airflow_eod.spark.session import get_session
+    from airflow_eod.spark.session import engine_conf, get_session
 
     spec = LoadSpec.from_json(bounded_json.read_bytes(args.spec, bounded_json.MAX_PLAN_LOG_ENTRY).decode())
     user = os.environ.get(CREDENTIALS_USER_ENV)
@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         spec.try_number,
     )
     try:
-        result = run_load(get_session(submitted=not args.local), spec, credentials=creds)
+        session = get_session(submitted=not args.local, conf=engine_conf(spec.engine))
+        result = run_load(session, spec, credentials=creds)
     except Exception as exc:
         write_error(args.spec, exc, spec.plan.key.label)
         raise

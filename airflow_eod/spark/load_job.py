@@ -114,6 +114,8 @@ def _write(
             manifest,
             spec.partition_by,
             try_number=spec.try_number,
+            table_configuration=spec.table_configuration,
+            schema_policy=spec.schema_drift,
         )
     from airflow_eod.spark.staging import stage_dataframe
 

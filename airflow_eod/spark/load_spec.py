@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.core.options import ENGINES, SCHEMA_POLICIES, choice
+from airflow_eod.core.options import ENGINES, SCHEMA_POLICIES, check_engine_options, choice
 from airflow_eod.core.plan_log import Plan
 from airflow_eod.core.table_compat import SCHEMA_FAIL
 from airflow_eod.core.table_layout import normalise, path_part
@@ -60,8 +60,9 @@ class LoadSpec:
     def __post_init__(self) -> None:
         choice("engine", self.engine, ENGINES)
         choice("schema_drift", self.schema_drift, SCHEMA_POLICIES)
-        if self.engine == "delta-spark" and (self.restate or self.quarantine_table_uri):
-            raise ConfigurationError("restatement and quarantine need engine='delta-rs'")
+        check_engine_options(
+            self.engine, restate=self.restate, quarantine_table_uri=self.quarantine_table_uri
+        )
         if self.quarantine_table_uri and normalise(self.quarantine_table_uri) == normalise(self.table_uri):
             raise ConfigurationError("quarantine_table_uri must be another table than table_uri")
         if not self.attempt_id:

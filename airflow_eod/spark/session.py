@@ -34,6 +34,19 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.driver.memory": "1g",
 }
 
+# What Delta Spark 3.x/4.x needs of the session even for a path write (without them its
+# save fails with DELTA_CONFIGURE_SPARK_SESSION_WITH_EXTENSION_AND_CATALOG). Static
+# settings: they take effect only on a session created with them.
+DELTA_SPARK_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def engine_conf(engine: str) -> dict[str, str]:
+    """The session settings the commit ``engine`` needs (a user's own ``spark_conf`` wins)."""
+    return dict(DELTA_SPARK_CONF) if engine == "delta-spark" else {}
+
 
 # Spark's JDBC reader turns a `timestamp without time zone` into an instant through the
 # JVM's default time zone, which spark.sql.session.timeZone does not set: a driver or an
