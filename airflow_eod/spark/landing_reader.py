@@ -118,13 +118,11 @@ def read_landing_batch(
 def declared_schema(ddl: str) -> StructType:
     """The schema a DDL string declares. Parsed once per process: an empty DataFrame built
     to read it costs a Python RDD (~30 ms) every load."""
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType, StructType, _parse_datatype_string
 
     # DataType.fromDDL is Spark 4's; Spark 3.5 (still on many clusters) parses the same DDL
     # with the function fromDDL wraps.
-    from_ddl = getattr(DataType, "fromDDL", None)
-    if from_ddl is None:
-        from pyspark.sql.types import _parse_datatype_string as from_ddl
+    from_ddl = getattr(DataType, "fromDDL", None) or _parse_datatype_string
     try:
         parsed = from_ddl(ddl)
     except Exception as exc:  # Spark's ParseException: a retry parses the same text
