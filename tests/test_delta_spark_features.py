@@ -337,3 +337,22 @@ def test_a_restatement_of_an_append_only_table_is_refused_before_staging(spark: 
     assert sorted(os.listdir(os.path.join(table, DATA_DIR))) == staged
     batch_dirs = [os.path.join(dp) for dp, dn, _ in os.walk(os.path.join(table, DATA_DIR)) if not dn]
     assert len(batch_dirs) == 1, f"only generation 0's attempt directory: {batch_dirs}"
+
+
+def test_a_feature_turned_on_after_staging_is_refused_at_the_commit(spark: Any, tmp_path: Any) -> None:
+    """The early refusal reads the table before staging; another writer may turn on a feature
+    the engine cannot keep while the batch is staged (ALTER TABLE ... enableRowTracking). The
+    commit checks again against the snapshot it commits on, and commits nothing."""
+    from airflow_eod.core.commit import commit_batch
+    from tests.helpers import land_and_plan, stage_rows
+
+    table = str(tmp_path / "table")
+    spark.sql(f"CREATE TABLE delta.`{table}` (seq BIGINT, src STRING) USING delta")
+    plan = land_and_plan(table, str(tmp_path / "landing"), "tests.features", 0)
+    staged, manifest = stage_rows(table, plan, 0, "files", [1, 2, 3])
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
+    before = log_state(table)
+    with pytest.raises(UnsupportedTableError, match=r"table feature rowTracking \(new files need"):
+        commit_batch(table, plan.key, 0, staged, manifest)
+    assert log_state(table) == before
+    assert spark.read.format("delta").load(table).count() == 0
