@@ -29,7 +29,13 @@ from deltalake.transaction import AddAction, RemoveAction
 from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.checkpoint_index import index_after_checkpoint
-from airflow_eod.core.delta_log import TableLog, checkpoint_path, commit_path, read_checkpoint_markers
+from airflow_eod.core.delta_log import (
+    TableLog,
+    checkpoint_path,
+    commit_path,
+    read_checkpoint_markers,
+    read_commit_actions,
+)
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.table_layout import under
 
@@ -72,6 +78,24 @@ def _remove(r: RemoveAction, now: int) -> dict[str, Any]:
     return {"remove": body}
 
 
+def in_commit_timestamp(table: TableLog, now: int) -> int | None:
+    """The ``inCommitTimestamp`` the commit after ``table`` carries, or ``None`` when the
+    table does not use in-commit timestamps.
+
+    The protocol asks for one in the first action (``commitInfo``) of every commit once
+    ``delta.enableInCommitTimestamps`` is on, each later than its predecessor's, whatever
+    the clocks say: readers and time travel order versions by it.
+    """
+    features = table.protocol().writer_features or []
+    enabled = table.metadata().configuration.get("delta.enableInCommitTimestamps", "false")
+    if "inCommitTimestamp" not in features or enabled.lower() != "true":
+        return None
+    previous = read_commit_actions(table.path, table.version(), {"commitInfo"}) or []
+    before = [a["commitInfo"].get("inCommitTimestamp") for a in previous]
+    stamps = [t for t in before if type(t) is int]
+    return max([now, *(t + 1 for t in stamps)])
+
+
 def write_commit(
     table: TableLog,
     batch: BatchKey,
@@ -91,10 +115,15 @@ def write_commit(
     params: dict[str, Any] = {"mode": "Append"}
     if schema_json is not None:
         params["schemaEvolution"] = "addColumns"
+    info: dict[str, Any] = {}
+    stamp = in_commit_timestamp(table, now)
+    if stamp is not None:
+        info["inCommitTimestamp"] = stamp
     actions: list[dict[str, Any]] = [
         {
             "commitInfo": {
-                "timestamp": now,
+                **info,
+                "timestamp": now if stamp is None else stamp,
                 "operation": "WRITE",
                 "operationParameters": params,
                 "readVersion": table.version(),

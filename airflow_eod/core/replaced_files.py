@@ -15,6 +15,7 @@ from deltalake.transaction import RemoveAction
 
 from airflow_eod.core.ask import BatchStatus
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.deletion_vectors import deleted_rows
 from airflow_eod.core.delta_log import TableLog
 from airflow_eod.core.errors import BatchRefusedError
 from airflow_eod.core.manifest import Manifest
@@ -80,16 +81,13 @@ def replaced_files(table: TableLog, batch: BatchKey, status: BatchStatus, label:
     writer's OPTIMIZE rewrote has moved its rows into a file outside the batch's directory,
     and removing the rest would leave those rows beside the new generation's.
     """
-    if table.metadata().configuration.get("delta.appendOnly") == "true":
-        raise BatchRefusedError(
-            label, "the table is append-only (delta.appendOnly=true): a batch cannot be restated"
-        )
+    refuse_append_only(table, label)
     gen = status.committed_generation
     # The swap needs the live files, which only the full snapshot knows; restatements are rare.
     snapshot = table.snapshot()
     if gen is None:
         # Never committed (a re-freeze): replace whatever a zombie may have landed.
-        return batch_files(snapshot, batch)
+        return _without_deletion_vectors(table, snapshot, batch_files(snapshot, batch), label)
     if status.record is None:
         raise BatchRefusedError(
             label,
@@ -112,5 +110,32 @@ def replaced_files(table: TableLog, batch: BatchKey, status: BatchStatus, label:
             f"{len(gone)} of the {len(status.record.files)} file(s) of generation {gen} are no longer "
             f"live (e.g. {gone[0]}): another writer rewrote them (OPTIMIZE?), so their rows now sit in "
             "files outside the batch and restating would duplicate them; nothing was committed",
+        )
+    return _without_deletion_vectors(table, snapshot, removes, label)
+
+
+def refuse_append_only(table: TableLog, label: str) -> None:
+    """An append-only table (``delta.appendOnly=true``) takes no restatement: it removes files."""
+    if table.metadata().configuration.get("delta.appendOnly", "false").lower() == "true":
+        raise BatchRefusedError(
+            label, "the table is append-only (delta.appendOnly=true): a batch cannot be restated"
+        )
+
+
+def _without_deletion_vectors(
+    table: TableLog, snapshot: DeltaTable, removes: list[RemoveAction], label: str
+) -> list[RemoveAction]:
+    """``removes``, unless a file among them has a deletion vector: another writer deleted
+    rows of the batch in place (DELETE, UPDATE, MERGE), as if it had rewritten the file, and
+    a ``remove`` must name that deletion vector to remove the file for Delta Spark."""
+    hidden = deleted_rows(table.path, snapshot)
+    marked = [r.path for r in removes if r.path in hidden]
+    if marked:
+        raise BatchRefusedError(
+            label,
+            f"{len(marked)} file(s) of the batch have rows another writer deleted in place (a deletion "
+            f"vector hides {hidden[marked[0]]} row(s) of {marked[0]}: DELETE, UPDATE or MERGE?), so "
+            "restating would bring back or duplicate rows that writer changed; nothing was committed "
+            "(see the runbook, 'restating')",
         )
     return removes

@@ -3,19 +3,95 @@ batch's schema matches it.
 
 The engine adds files that Spark wrote; it does not evaluate CHECK constraints, generated
 or identity columns, or column mapping, so a table that uses them is refused instead of
-being silently corrupted.
+being silently corrupted. :data:`TABLE_FEATURES` says, for every table feature Delta Spark
+turns on today, whether the engine writes such a table and why (docs/reference.md, "Tables
+with Delta table features", is the same table, and a test holds the two together).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_eod.core.delta_log import TableLog
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
 
+
+@dataclass(frozen=True)
+class TableFeature:
+    """What the delta-rs commit engine does with a table that has one Delta table feature.
+
+    :param writes: whether its commits keep what the feature asks of a writer.
+    :param why: what the feature asks of a writer, and how the engine keeps it (or why not).
+    """
+
+    writes: bool
+    why: str
+
+
+# Every table feature (a name in the protocol's readerFeatures/writerFeatures) the engine
+# knows; a feature not named here is refused, as is every one with writes=False. The
+# delta-spark engine leaves each feature to Delta Spark's own writer.
+TABLE_FEATURES: dict[str, TableFeature] = {
+    "appendOnly": TableFeature(
+        True, "loads only add files; a restatement (it removes files) is refused before staging"
+    ),
+    "invariants": TableFeature(
+        True,
+        "the feature alone (Delta Spark lists it on every table) asks nothing; a column with a "
+        "`delta.invariants` expression is refused, NOT NULL columns are checked on the staged "
+        "files' statistics",
+    ),
+    "timestampNtz": TableFeature(True, "the batch's schema must match; nothing else is asked of a writer"),
+    "changeDataFeed": TableFeature(
+        True,
+        "a load adds whole files and a restatement removes whole files, which change-data readers "
+        "read as inserts and deletes: no change-data files are needed",
+    ),
+    "deletionVectors": TableFeature(
+        True,
+        "loads add files without deletion vectors; a restatement of a batch whose files another "
+        "writer deleted rows from (a deletion vector) is refused, and `verify` counts rows net of them",
+    ),
+    "domainMetadata": TableFeature(
+        True, "commits add no domains, and the engine's checkpoints keep every domain they find"
+    ),
+    "clustering": TableFeature(
+        True,
+        "loads add unclustered files (no `clusteringProvider`), as Delta Spark's own INSERT does; "
+        "the clustering domain is kept; OPTIMIZE clusters them later",
+    ),
+    "inCommitTimestamp": TableFeature(
+        True, "each commit opens with `commitInfo.inCommitTimestamp`, later than its predecessor's"
+    ),
+    "typeWidening": TableFeature(
+        True, "the engine never changes a column's type (a batch of another type is a schema mismatch)"
+    ),
+    "vacuumProtocolCheck": TableFeature(
+        True, "asks only that VACUUM checks the protocol; the engine never vacuums"
+    ),
+    "columnMapping": TableFeature(
+        False,
+        "Spark stages files with the logical column names, while the table reads physical names "
+        "(mode name) or field ids (mode id): the rows would read back as nulls",
+    ),
+    "rowTracking": TableFeature(
+        False, "new files need `baseRowId`, `defaultRowCommitVersion` and a new row-id high-water mark"
+    ),
+    "v2Checkpoint": TableFeature(
+        False, "the engine writes classic checkpoints, and its log reader does not follow V2 sidecars"
+    ),
+    "checkConstraints": TableFeature(False, "the engine does not evaluate CHECK constraints on the rows"),
+    "generatedColumns": TableFeature(False, "the engine does not compute generated columns"),
+    "identityColumns": TableFeature(
+        False, "the engine does not assign identity values or move the high-water mark"
+    ),
+    "variantType": TableFeature(False, "the engine's statistics and checks do not cover VARIANT columns"),
+}
+
 # Writer features whose rules an append (and a file swap) by this engine keeps.
-SUPPORTED_WRITER_FEATURES = frozenset({"appendOnly", "invariants", "timestampNtz"})
+SUPPORTED_WRITER_FEATURES = frozenset(n for n, f in TABLE_FEATURES.items() if f.writes)
 
 
 def _fields(schema_json: str) -> list[dict[str, Any]]:
@@ -34,14 +110,32 @@ def _walk_metadata(fields: list[dict[str, Any]], prefix: str = "") -> list[tuple
     return out
 
 
+def features_in_use(table: TableLog) -> set[str]:
+    """The table's features: those its protocol lists, and those a table of a legacy protocol
+    version (no feature lists) uses, told by its metadata (a CHECK constraint, column
+    mapping, a generated or an identity column)."""
+    protocol = table.protocol()
+    features = set(protocol.writer_features or []) | set(protocol.reader_features or [])
+    config = table.metadata().configuration
+    if any(k.startswith("delta.constraints.") for k in config):
+        features.add("checkConstraints")
+    if config.get("delta.columnMapping.mode") not in (None, "none"):
+        features.add("columnMapping")
+    for _, meta in _walk_metadata(_fields(table.schema_json())):
+        if "delta.generationExpression" in meta:
+            features.add("generatedColumns")
+        if any(k.startswith("delta.identity.") for k in meta):
+            features.add("identityColumns")
+    return features
+
+
 def unsupported_features(table: TableLog) -> list[str]:
     """Why the engine cannot write ``table``, one reason per item; empty if it can."""
     reasons: list[str] = []
-    protocol = table.protocol()
-    features = set(protocol.writer_features or [])
-    unknown = sorted(features - SUPPORTED_WRITER_FEATURES)
-    if unknown:
-        reasons.append(f"writer features {', '.join(unknown)}")
+    for name in sorted(features_in_use(table) - SUPPORTED_WRITER_FEATURES):
+        known = TABLE_FEATURES.get(name)
+        why = known.why if known else "a feature airflow-eod does not know"
+        reasons.append(f"table feature {name} ({why})")
     config = table.metadata().configuration
     constraints = sorted(k for k in config if k.startswith("delta.constraints."))
     if constraints:
@@ -64,9 +158,9 @@ def check_writable(table: TableLog, table_uri: str) -> None:
     reasons = unsupported_features(table)
     if reasons:
         raise UnsupportedTableError(
-            f"table {table_uri} uses {'; '.join(reasons)}, which the delta-rs commit engine "
-            "cannot enforce on files written by Spark; use engine='delta-spark' for this "
-            "table, or drop the feature"
+            f"table {table_uri} uses {'; '.join(reasons)}; the delta-rs commit engine cannot keep "
+            "that, so nothing was read or staged: use engine='delta-spark' for this table "
+            "(Delta Spark's writer keeps every feature it turned on), or drop the feature"
         )
 
 

@@ -29,6 +29,7 @@ from deltalake import DeltaTable
 
 from airflow_eod.core import bounded_json
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.deletion_vectors import deleted_rows
 from airflow_eod.core.delta_log import open_checkpoint
 from airflow_eod.core.errors import CorruptTableError, EodError, UnsafePathError
 from airflow_eod.core.manifest import Manifest
@@ -46,7 +47,8 @@ class LiveFile:
     """A file of the table's snapshot.
 
     :param path: the table-relative path as on disk (decoded from the log's URI form).
-    :param rows: ``numRecords`` from its statistics, else from its footer (``None``: unknown).
+    :param rows: ``numRecords`` from its statistics, else from its footer, less the rows its
+        deletion vector hides (``None``: unknown).
     :param on_disk: whether the file exists.
     :param batch: the batch whose directory (``eod_data/<pipeline>/<key>/``) holds it, if any.
     :param generation: the generation of the attempt directory (``g<N>-<attempt>``) holding it.
@@ -161,9 +163,12 @@ def file_rows(table_path: str, rel: str, stats_rows: int | None) -> int | None:
 def read_live_files(table_path: str, table: DeltaTable) -> dict[str, LiveFile]:
     """The live files of ``table``'s snapshot, by decoded path."""
     out = {}
+    hidden = deleted_rows(table_path, table)  # rows another writer deleted in place
     for a in pa.table(table.get_add_actions(flatten=False)).to_pylist():
         rel = unquote(a["path"])
         rows = file_rows(table_path, rel, a.get("num_records"))
+        if rows is not None and rel in hidden:
+            rows -= hidden[rel]
         on_disk, refused = probe(table_path, rel)
         out[rel] = LiveFile(rel, rows, on_disk, *_place(rel), refused=refused)
     return out

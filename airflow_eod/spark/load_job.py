@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_eod.core import table_compat
 from airflow_eod.core.ask import BatchStatus, ask, ask_table, open_table
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import commit_batch
@@ -29,6 +30,7 @@ from airflow_eod.core.faults import fault_point
 from airflow_eod.core.load_flow import FrozenBatch
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import Plan
+from airflow_eod.core.replaced_files import refuse_append_only
 from airflow_eod.core.result import (
     ALREADY_COMMITTED,
     COMMITTED,
@@ -200,6 +202,11 @@ def run_load(
     split: MalformedSplit | None = None
     # The decide step covers the whole attempt: however it fails, the table decides.
     try:
+        if table is not None and spec.engine == "delta-rs":
+            # A table the engine cannot honour is refused before anything is read or staged.
+            table_compat.check_writable(table, spec.table_uri)
+            if spec.restate:
+                refuse_append_only(table, batch.label)
         if not spec.restate:
             check_retention(table, plan)
         fault_point("before_write", try_number=spec.try_number)
