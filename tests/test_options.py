@@ -48,14 +48,16 @@ def test_a_schema_that_does_not_parse_is_refused_naming_it(ddl: str) -> None:
 
 @pytest.mark.spark
 def test_the_parser_agrees_with_sparks_own(spark: Any) -> None:
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, _parse_datatype_string
 
+    # Spark 3.5 (tests/spark_versions.sh) has no DataType.fromDDL, only the parser it wraps.
+    from_ddl = getattr(DataType, "fromDDL", None) or _parse_datatype_string
     for ddl in VALID:
-        parsed = DataType.fromDDL(ddl)
+        parsed = from_ddl(ddl)
         assert [f.name for f in parsed.fields] == ddl_columns("schema", ddl), ddl
     for ddl in INVALID[:-2]:  # Spark takes duplicate names and reads DECIMAL(10, loosely
         with pytest.raises(Exception):  # noqa: B017 - Spark's parse error, any of its types
-            DataType.fromDDL(ddl)
+            from_ddl(ddl)
 
 
 def _landing(**kwargs: Any) -> LandingFilesToDeltaOperator:
