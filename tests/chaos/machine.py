@@ -866,8 +866,12 @@ class ChaosMachine(RuleBasedStateMachine):
     @precondition(lambda self: _exists(self.table))
     @rule(dice=DICE)
     def another_writer(self, dice: int) -> None:
-        """Maintenance by another writer between attempts."""
+        """Maintenance by another writer between attempts (with Delta Spark as a writer, half
+        the time one of its statements instead)."""
         r = self.dice(dice)
+        if self.spark_writer is not None and r.random() < 0.5:
+            self.spark_op(r)
+            return
         what = r.choice(["optimize", "vacuum", "checkpoint", "cleanup_log"])
         tables = self._tables()
         self.maintain(tables[0] if r.random() < 0.6 else r.choice(tables), what)
