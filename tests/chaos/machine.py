@@ -891,6 +891,19 @@ class ChaosMachine(RuleBasedStateMachine):
             table.cleanup_metadata()
         REPORT.count("faults", f"writer_{what}")
 
+    def dml_rewrite(self, uri: str, kind: str) -> bool:
+        """Whether an audit error is verify's documented report of a Delta Spark DELETE,
+        UPDATE or MERGE that rewrote batch files (docs/runbook.md, ``batch_file_not_live``):
+        verify cannot tell a rewrite that kept a batch's rows from one that changed them, so
+        it reports both. Counted (``verify_batch_file_not_live_after_delta_spark_dml``), not
+        a failure, when the checker found every row in place; issue 19 calls it a false
+        alarm, and it is reported as such."""
+        writer = self.spark_writer
+        if kind != "batch_file_not_live" or writer is None or uri not in writer.rewritten:
+            return False
+        REPORT.count("events", "verify_batch_file_not_live_after_delta_spark_dml")
+        return True
+
     def _tables(self) -> list[str]:
         return [t for t in (self.table, self.jdbc_table, self.jdbci_table, self.drift_table) if _exists(t)]
 
@@ -1044,7 +1057,10 @@ class ChaosMachine(RuleBasedStateMachine):
             for uri in (self.table, self.quarantine, self.jdbc_table, self.jdbci_table, self.drift_table):
                 if _exists(uri):
                     report = audit_table(uri)
-                    findings += [f"{os.path.basename(uri)}: {f.kind}: {f.message}" for f in report.errors]
+                    for f in report.errors:
+                        if verdict.clean and self.dml_rewrite(uri, f.kind):
+                            continue
+                        findings.append(f"{os.path.basename(uri)}: {f.kind}: {f.message}")
             REPORT.audit_errors += len(findings)
             problems = (
                 [f"duplicate: {d}" for d in verdict.duplicates]

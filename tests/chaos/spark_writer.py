@@ -35,6 +35,8 @@ FOREIGN_ID = re.compile(r"f\d+r\d+")
 # the main table (the JDBC checkers hold every row to a committed batch's range).
 MAINTENANCE = ["optimize", "zorder", "vacuum", "checkpoint", "properties", "rewrite_batch_files"]
 FOREIGN_DML = ["append", "append", "delete", "update", "merge"]
+# The statements that rewrite the files they touch with dataChange=true (batch files too).
+REWRITES = {"delete", "update", "merge", "rewrite_batch_files"}
 # Delta's own optimistic concurrency: the statement lost to a concurrent commit, nothing changed.
 _CONFLICTS = ("Concurrent", "ProtocolChanged", "MetadataChanged", "DELTA_CONCURRENT")
 
@@ -93,6 +95,8 @@ class SparkWriter:
         self.spark = spark
         self.foreign = foreign
         self.columns_added = 0
+        # Tables where a DELETE/UPDATE/MERGE committed: it may have rewritten batch files.
+        self.rewritten: set[str] = set()
 
     @contextmanager
     def _conf(self, settings: dict[str, str]) -> Any:
@@ -121,6 +125,8 @@ class SparkWriter:
                 return None
             return f"Delta Spark {what} on {os.path.basename(uri)}: {type(exc).__name__}: {text[:600]}"
         REPORT.count("faults", f"spark_{what}")
+        if what in REWRITES:
+            self.rewritten.add(uri)
         return None
 
     def _run(self, what: str, uri: str, r: random.Random, drift: bool) -> None:
