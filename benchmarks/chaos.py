@@ -3,6 +3,7 @@ PostgreSQL, each checked row by row (docs/testing.md).
 
     python -m benchmarks.chaos --trials 500 --seed 1 [--per-chunk 10] [--steps 14]
                                [--kill-percent 20] [--max-kills 6] [--shrink] [--no-postgres]
+                               [--delta-spark-writer] [--engine delta-rs|delta-spark|mixed]
 
 Trials run in chunks; chunk ``i`` is generated from seed ``--seed + i``, so a failing chunk is
 replayed exactly with ``--seed S --trials N`` (``--shrink`` lets Hypothesis cut the failing
@@ -11,6 +12,11 @@ attempts and the SIGKILLs landed by point, with the kill share in % of load atte
 duplicates, losses, wrong rows, wedged pipelines and audit errors found, with the seed of
 every failing chunk; exits 1 if any. Not a benchmark of speed: it is here because it runs
 for long, like the benchmarks.
+
+``--delta-spark-writer`` adds Delta Spark as the other writer (appends, OPTIMIZE and ZORDER,
+VACUUM, DELETE/UPDATE/MERGE, checkpoints, ADD COLUMNS, properties: tests/chaos/spark_writer.py);
+``--engine`` picks the loads' engine (``mixed``: a coin per pipeline and trial). Both need the
+Delta Spark jars: EOD_DELTA_SPARK_JARS, a comma-separated list of their paths.
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ import time
 # The harness lives with the tests (it is test tooling, not part of the package).
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
+from tests.chaos.machine import ENGINES
 from tests.chaos.report import REPORT
 from tests.chaos.run import run_trials
+from tests.chaos.spark_writer import DELTA_SPARK_JARS_ENV, delta_spark_conf, session_conf
 
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
 
@@ -40,7 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-kills", type=int, default=6, help="SIGKILLs at most in one trial")
     parser.add_argument("--shrink", action="store_true", help="shrink a failing history (slow)")
     parser.add_argument("--no-postgres", action="store_true", help="leave the JDBC pipeline out")
+    parser.add_argument(
+        "--delta-spark-writer", action="store_true", help="Delta Spark's statements between and during loads"
+    )
+    parser.add_argument("--engine", choices=ENGINES, default="delta-rs", help="the loads' engine")
     args = parser.parse_args(argv)
+    if (args.delta_spark_writer or args.engine != "delta-rs") and not delta_spark_conf():
+        parser.error(f"--delta-spark-writer and --engine need {DELTA_SPARK_JARS_ENV} (the Delta Spark jars)")
     os.environ["EOD_CHAOS_KILL_PERCENT"] = str(args.kill_percent)
     os.environ["EOD_CHAOS_MAX_KILLS"] = str(args.max_kills)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -50,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_eod.spark.session import get_session
     from tests.chaos.machine import SPARK
 
-    conf = {"spark.jars": POSTGRES_JDBC_JAR} if os.path.exists(POSTGRES_JDBC_JAR) else {}
+    conf = {**session_conf(POSTGRES_JDBC_JAR), "spark.ui.showConsoleProgress": "false"}
     spark = get_session(conf=conf)
+    SPARK["delta_spark"] = args.delta_spark_writer
+    SPARK["engine"] = args.engine
     server = None
-    if not args.no_postgres and conf:
+    if not args.no_postgres and os.path.exists(POSTGRES_JDBC_JAR):
         from tests.postgres_server import PostgresServer
 
         server = PostgresServer.start()
@@ -74,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     print(f"chaos: command: python -m benchmarks.chaos {' '.join(argv or sys.argv[1:])}")
     print(f"chaos: JDBC pipeline: {'on' if server is not None else 'off (no PostgreSQL)'}")
+    writer = "on" if args.delta_spark_writer else "off"
+    print(f"chaos: Delta Spark as the other writer: {writer}; engine {args.engine}")
     print(f"chaos: elapsed {time.time() - started:.0f} s")
     print("\n".join(REPORT.lines()))
     return 1 if REPORT.failures or REPORT.failing_seeds else 0

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
+# The Delta Spark jars (a comma-separated list of paths): the engines area needs them.
+DELTA_SPARK_JARS_ENV = "EOD_DELTA_SPARK_JARS"
 
 
 @dataclass
@@ -133,6 +135,9 @@ def fmt_int(n: int) -> str:
     return f"{n:,}"
 
 
+AREAS = ("history", "load", "peer", "engines")
+
+
 @dataclass
 class Settings:
     """How much to run: ``full()`` is the issue's set, ``quick()`` a reduced one, ``smoke()``
@@ -151,7 +156,9 @@ class Settings:
     increments: int
     increment_rows: int
     retention: str  # the short retention interval of the retention history
-    areas: list[str] = field(default_factory=lambda: ["history", "load", "peer"])
+    engine_rows: list[int] = field(default_factory=lambda: [1_000_000, 10_000_000])
+    engine_reps: int = 3  # rounds of (plain Delta write, delta-spark load, delta-rs load)
+    areas: list[str] = field(default_factory=lambda: list(AREAS))
 
     @classmethod
     def full(cls) -> Settings:
@@ -185,8 +192,8 @@ class Settings:
             increments=5,
             increment_rows=10_000,
             retention="interval 5 seconds",
+            engine_rows=[100_000, 1_000_000],
         )
-
 
     @classmethod
     def smoke(cls) -> Settings:
@@ -203,17 +210,26 @@ class Settings:
             increments=2,
             increment_rows=400,
             retention="interval 5 seconds",
+            engine_rows=[2_000],
+            engine_reps=1,
         )
 
 
 def spark_session() -> SparkSession:
     """The SparkSession every area uses: the provider's own settings
-    (:func:`airflow_eod.spark.session.get_session`), plus the PostgreSQL JDBC driver."""
+    (:func:`airflow_eod.spark.session.get_session`), plus the PostgreSQL JDBC driver, and the
+    Delta Spark jars and SQL extension where EOD_DELTA_SPARK_JARS names the jars (the engines
+    area)."""
     from airflow_eod.spark.session import get_session
 
     conf = {"spark.ui.showConsoleProgress": "false"}
-    if os.path.exists(POSTGRES_JDBC_JAR):
-        conf["spark.jars"] = POSTGRES_JDBC_JAR
+    jars = [POSTGRES_JDBC_JAR] if os.path.exists(POSTGRES_JDBC_JAR) else []
+    if os.environ.get(DELTA_SPARK_JARS_ENV):
+        jars += os.environ[DELTA_SPARK_JARS_ENV].split(",")
+        conf["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
+        conf["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     spark = get_session(conf=conf, app_name="airflow-eod-bench")
     spark.sparkContext.setLogLevel("ERROR")

@@ -1,7 +1,7 @@
 """``make bench``: every benchmark area side by side in one run, one table of figures,
 targets, ratios and verdicts.
 
-    python -m benchmarks.run [--quick | --smoke] [--only history,load,peer] [--resume] [--work DIR]
+    python -m benchmarks.run [--quick | --smoke] [--only history,load,peer,engines] [--resume] [--work DIR]
 
 Prints the table, writes ``benchmarks/results/<quick|full>.json`` and PNG charts beside it,
 and rewrites the run's section of ``benchmarks/README.md``. ``--smoke`` runs every area at
@@ -21,8 +21,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import history, load, peer
-from benchmarks.common import Row, Settings, machine, progress, spark_session
+from benchmarks import engines, history, load, peer
+from benchmarks.common import AREAS, Row, Settings, machine, progress, spark_session
 from benchmarks.report import readme_section, summary, text_table, update_readme, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="a reduced set that runs in a few minutes")
     size.add_argument("--smoke", action="store_true", help="every area at toy sizes: does it run at all")
-    parser.add_argument("--only", help="comma-separated areas: history, load, peer")
+    parser.add_argument("--only", help=f"comma-separated areas: {', '.join(AREAS)}")
     parser.add_argument("--resume", action="store_true", help="continue histories an earlier run left behind")
     parser.add_argument("--work", help="work directory (default: benchmarks/.work/<mode>)")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite benchmarks/README.md")
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.smoke() if args.smoke else Settings.quick() if args.quick else Settings.full()
     if args.only:
         settings.areas = [a.strip() for a in args.only.split(",") if a.strip()]
-        unknown = set(settings.areas) - {"history", "load", "peer"}
+        unknown = set(settings.areas) - set(AREAS)
         if unknown:
             parser.error(f"unknown areas: {', '.join(sorted(unknown))}")
     work = os.path.abspath(args.work or os.path.join(HERE, ".work", settings.mode))
@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         "history": lambda: history.run(settings, spark, os.path.join(work, "history"), args.resume),
         "load": lambda: load.run(settings, spark, os.path.join(work, "load")),
         "peer": lambda: peer.run(settings, spark, os.path.join(work, "peer")),
+        "engines": lambda: engines.run(settings, spark, os.path.join(work, "engines")),
     }
     rows: list[Row] = []
     series: dict[str, Any] = {}

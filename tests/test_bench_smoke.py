@@ -13,14 +13,34 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
+from tests.conftest import DELTA_SPARK_JARS_ENV
 from tests.postgres_server import JDBC_JAR, _bindir
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 pytestmark = [pytest.mark.bench, pytest.mark.spark]
+
+
+def _smoke_rows(work: str, *extra: str) -> list[dict[str, Any]]:
+    """Run ``benchmarks.run --smoke`` into ``work``; the rows of its JSON."""
+    env = {**os.environ, "PYTHONPATH": REPO, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("EOD_FAULTPOINTS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--smoke", "--work", work, *extra],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, f"the smoke run failed:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+    with open(os.path.join(work, "smoke.json")) as fh:
+        rows: list[dict[str, Any]] = json.load(fh)["rows"]
+    return rows
 
 
 def test_every_benchmark_area_runs(tmp_path: str) -> None:
@@ -33,29 +53,39 @@ def test_every_benchmark_area_runs(tmp_path: str) -> None:
     work = os.path.join(str(tmp_path), "bench")
     results = os.path.join(REPO, "benchmarks", "results")
     before = {n: os.stat(os.path.join(results, n)).st_mtime_ns for n in os.listdir(results)}
-    env = {**os.environ, "PYTHONPATH": REPO, "SPARK_LOCAL_IP": "127.0.0.1"}
-    env.pop("EOD_FAULTPOINTS", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--smoke", "--work", work],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, f"the smoke run failed:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
-    with open(os.path.join(work, "smoke.json")) as fh:
-        run = json.load(fh)
-    rows = run["rows"]
+    rows = _smoke_rows(work)
     errors = [r for r in rows if r["status"] == "ERROR"]
     if not postgres:  # without the binaries only the jdbc history cannot run, and says why
         errors = [r for r in errors if "jdbc" not in r["figure"]]
     assert errors == [], errors
     areas = {r["area"] for r in rows}
-    assert {"ask", "commit", "planning", "state", "load", "peer"} <= areas, areas
+    assert {"ask", "commit", "planning", "state", "load", "peer", "engines"} <= areas, areas
     peer = [r["figure"] for r in rows if r["area"] == "peer"]
     for case in ("one file", "partitioned"):
         assert any(f.startswith(f"{case}:") and "airflow-eod, total" in f for f in peer), peer
     assert all(r["value"] is not None for r in rows if r["area"] in ("load", "peer")), rows
     after = {n: os.stat(os.path.join(results, n)).st_mtime_ns for n in os.listdir(results)}
     assert after == before, "a smoke run must not overwrite benchmarks/results"
+
+
+@pytest.mark.delta_spark
+@pytest.mark.skipif(
+    not os.environ.get(DELTA_SPARK_JARS_ENV),
+    reason=f"the Delta Spark jars are not available here; set {DELTA_SPARK_JARS_ENV} to their paths "
+    "to run the engines area (the delta-spark engine beside a plain Spark Delta write)",
+)
+def test_the_engines_area_loads_with_both_engines_beside_a_plain_delta_write(tmp_path: str) -> None:
+    """``benchmarks.run --smoke --only engines`` with the Delta Spark jars: the plain Spark
+    Delta write, the delta-spark load and the delta-rs load each measured (the area checks
+    that every load committed its rows and every table holds all it was given, or it
+    crashes), the two loads as ratios against the plain write."""
+    rows = _smoke_rows(os.path.join(str(tmp_path), "bench"), "--only", "engines")
+    engines = [r for r in rows if r["area"] == "engines"]
+    assert [r for r in rows if r["status"] == "ERROR"] == [], rows
+    figures = [r["figure"] for r in engines]
+    assert any("plain Spark Delta write" in f for f in figures), figures
+    for engine in ("delta-spark", "delta-rs"):
+        (mine,) = [r for r in engines if f"{engine} engine" in r["figure"]]
+        assert mine["value"] is not None and mine["value"] > 0, mine
+        assert mine["ratio"] is not None and mine["ratio"] > 0, mine
+        assert "plain Delta write" in mine["note"], mine

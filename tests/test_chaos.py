@@ -4,7 +4,8 @@ zombies, SIGKILLs and another writer's maintenance, each checked row by row at t
 
 CI runs a few trials; ``EOD_CHAOS_TRIALS`` raises the count, ``EOD_CHAOS_SEED`` picks the
 histories, ``EOD_CHAOS_SHRINK=1`` lets Hypothesis shrink a failing one. Long runs:
-``python -m benchmarks.chaos --trials 500``.
+``python -m benchmarks.chaos --trials 500``. With the Delta Spark jars (EOD_DELTA_SPARK_JARS), a
+few trials have Delta Spark as the other writer and the delta-spark engine for some loads.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from tests.chaos.machine import SPARK
 from tests.chaos.report import REPORT
 from tests.chaos.run import run_trials
+from tests.conftest import DELTA_SPARK_JARS_ENV
 
 pytestmark = [pytest.mark.chaos, pytest.mark.spark, pytest.mark.faults]
 
@@ -156,3 +158,43 @@ def test_sigkills_land_in_at_least_a_tenth_of_the_load_attempts(
     assert report.failures == 0 and not report.failing_seeds, text
     assert sum(report.kills.values()) >= 2, text
     assert report.kill_share >= 10.0, text
+
+
+@pytest.mark.delta_spark
+@pytest.mark.skipif(
+    not os.environ.get(DELTA_SPARK_JARS_ENV),
+    reason=f"the Delta Spark jars are not available here; set {DELTA_SPARK_JARS_ENV} to their paths "
+    "to run Delta Spark as the other writer and the delta-spark engine in the chaos tier",
+)
+def test_delta_spark_as_the_other_writer_and_as_the_engine(
+    spark: Any, chaos_postgres: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Generated histories with Delta Spark's statements between and during the loads
+    (appends, OPTIMIZE and ZORDER, VACUUM, DELETE/UPDATE/MERGE, checkpoints, ADD COLUMNS,
+    properties) and the delta-spark engine for a coin's share of the pipelines that can use
+    it: every batch once, every foreign row as Delta Spark left it, verify clean. Longer runs:
+    ``python -m benchmarks.chaos --delta-spark-writer --engine mixed``."""
+    trials = int(os.environ.get("EOD_CHAOS_DELTA_SPARK_TRIALS", "3"))
+    base_seed = int(os.environ.get("EOD_CHAOS_SEED", "19190"))
+    monkeypatch.setenv("EOD_CHAOS_KILL_PERCENT", os.environ.get("EOD_CHAOS_KILL_PERCENT", "50"))
+    monkeypatch.setenv("EOD_CHAOS_MAX_KILLS", os.environ.get("EOD_CHAOS_MAX_KILLS", "1"))
+    monkeypatch.setitem(SPARK, "postgres", chaos_postgres)
+    monkeypatch.setitem(SPARK, "delta_spark", True)
+    monkeypatch.setitem(SPARK, "engine", "mixed")
+    monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
+    REPORT.__init__()  # type: ignore[misc]
+    lines: list[str] = []
+    report = run_trials(
+        spark, trials=trials, base_seed=base_seed, per_chunk=trials, steps=10, say=lines.append
+    )
+    text = "\n".join(lines + report.lines())
+    with capsys.disabled():
+        print()
+        print(text)
+    assert report.trials >= trials
+    assert report.failures == 0 and not report.failing_seeds, text
+    # The run did what it says: Delta Spark wrote, and the delta-spark engine committed.
+    spark_ops = {k: v for k, v in report.faults.items() if k.startswith("spark_")}
+    assert sum(spark_ops.values()) >= trials, text
+    assert report.events["committed_by_delta-spark"] > 0, text
+

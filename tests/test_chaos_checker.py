@@ -197,3 +197,33 @@ def test_the_jdbc_check_holds_each_batch_to_its_rows_at_the_freeze(
     assert verdict_for(before, "overlap").duplicates
     batches[1] = Committed("o-2", 0, 2, 2, False, 1.5)  # the frontier stops short of key 3
     assert verdict_for(before[:2], "short").losses
+
+
+def test_foreign_rows_are_checked_against_what_the_other_writer_did(world: World, tmp_path: Any) -> None:
+    """Rows Delta Spark wrote (tests/chaos/spark_writer.py) are not batches: each live one is
+    there once with its last value; the checker reports a copy, a deleted one back, a lost
+    one, a stale value and one nobody wrote, and passes the exact table."""
+    from tests.chaos.spark_writer import ForeignRows
+
+    foreign = ForeignRows()
+    foreign.live = {"f1r0": ("f1r0", 5, "a"), "f1r1": ("f1r1", 6, "b c")}
+    foreign.ever = {"f1r0", "f1r1", "f1r2"}  # f1r2 was deleted
+    rows = _all_rows(world)
+    cases = {
+        "exact": ([*foreign.live.values()], "clean"),
+        "copy": ([*foreign.live.values(), ("f1r0", 5, "a")], "duplicates"),
+        "deleted back": ([*foreign.live.values(), ("f1r2", 1, "a")], "wrong"),
+        "lost": ([("f1r0", 5, "a")], "losses"),
+        "stale value": ([("f1r0", 4, "a"), ("f1r1", 6, "b c")], "losses"),
+        "never written": ([*foreign.live.values(), ("f9r9", 1, "a")], "wrong"),
+    }
+    for name, (extra, expect) in cases.items():
+        table = str(tmp_path / name.replace(" ", "_"))
+        _table(table, [*rows, *extra])
+        verdict = check_tables(world, table, None, foreign=foreign)
+        if expect == "clean":
+            assert verdict.clean and verdict.rows == len(rows) + 2, (name, verdict)
+        else:
+            assert getattr(verdict, expect), (name, verdict)
+    # Without the model, a foreign row is a row no source file wrote.
+    assert check_tables(world, str(tmp_path / "exact"), None).wrong

@@ -1,7 +1,8 @@
 """One load attempt in a child process of its own, for a SIGKILL to hit.
 
 ``python -m tests.chaos.attempt --serve`` starts warm: it imports everything, starts its
-SparkSession (its own JVM, with the PostgreSQL driver where there is one), prints
+SparkSession (its own JVM, with the PostgreSQL driver where there is one and the Delta Spark
+jars where EOD_DELTA_SPARK_JARS names them), prints
 ``READY`` and waits for one attempt as a JSON line on stdin. It then runs what a task's try
 runs (plan or find the run's plan, ask, and only then read, write and commit) with the fault
 points of the line's ``faults`` (``EOD_FAULTPOINTS``), prints ``RESULT <json>`` and exits.
@@ -58,9 +59,10 @@ def run_attempt(args: dict[str, object], session: object) -> str:
 
 def serve() -> int:
     from airflow_eod.spark.session import get_session
+    from tests.chaos.spark_writer import session_conf
 
-    conf = {"spark.jars": POSTGRES_JDBC_JAR} if os.path.exists(POSTGRES_JDBC_JAR) else {}
-    spark = get_session(conf=conf)
+    # The harness's jars: the PostgreSQL driver, and Delta Spark's for a delta-spark try.
+    spark = get_session(conf=session_conf(POSTGRES_JDBC_JAR))
     spark.range(1).count()  # the first job's set-up is paid now, not by the try
     print(READY, flush=True)
     line = sys.stdin.readline()

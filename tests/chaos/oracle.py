@@ -7,6 +7,8 @@ or not at all; a path that is there at the end holds exactly one of its versions
 table (one that was loaded before a rewrite in place stays), a deleted or moved-away path at
 most one, a hidden file none; every row equals the row its version wrote; the rejects of a
 version are in the quarantine table exactly as often as its rows are in the main table.
+Rows another writer (Delta Spark, ``tests/chaos/spark_writer.py``) wrote are not batches: each
+live one is there once with the value its last statement gave it, a deleted one not at all.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from deltalake import DeltaTable
 
 from airflow_eod.examples.compare import read_rows_by_log
+from tests.chaos.spark_writer import FOREIGN_ID, ForeignRows
 from tests.chaos.world import COLUMNS, NEVER, OPTIONAL, REQUIRED, PathState, World, extra_value
 
 _BAD_ID = re.compile(r"e\d+b\d+")
@@ -58,22 +61,31 @@ def _log_is_whole(uri: str) -> bool:
 
 
 def check_tables(
-    world: World, table: str, quarantine: str | None, name: str = "main", verdict: Verdict | None = None
+    world: World,
+    table: str,
+    quarantine: str | None,
+    name: str = "main",
+    verdict: Verdict | None = None,
+    foreign: ForeignRows | None = None,
 ) -> Verdict:
     """Compare ``table`` (and ``quarantine``) with the files of ``world`` whose pipelines load
     into the table called ``name``. A table that gained the column ``x`` (schema drift) must
-    hold the file's value in it, or null for a file without it."""
+    hold the file's value in it, or null for a file without it. ``foreign``: the rows another
+    writer wrote into the table, checked on their own (:func:`check_foreign`)."""
     verdict = verdict or Verdict()
     paths = {p: s for p, s in world.paths.items() if s.table == name}
     drift = _has_column(table, "x")
     read = _rows(table, [*COLUMNS, "x"] if drift else COLUMNS)
+    whole = Counter(r[:3] for r in read)
+    if foreign is not None:
+        read = check_foreign(read, foreign, verdict)
     main = [r[:3] for r in read]
     extras = [r[3] for r in read] if drift else []
-    verdict.rows = len(main)
+    verdict.rows += len(main)
     if _log_is_whole(table) and not drift:
         # A second reader: a path the log encodes wrongly reads differently (or fails) here.
         second = Counter(read_rows_by_log(table, COLUMNS))
-        if second != Counter(main):
+        if second != whole:
             verdict.wrong.append("delta-rs and a replay of the log read different rows")
     counts: Counter[str] = Counter()
     expected: dict[str, tuple[str, int, str]] = {}
@@ -124,6 +136,25 @@ def check_tables(
             _partial(verdict, f"rejected record {b} (quarantine)", bad_counts[b], common)
     _check_paths(list(paths.values()), copies, verdict)
     return verdict
+
+
+def check_foreign(
+    read: list[tuple[Any, ...]], foreign: ForeignRows, verdict: Verdict
+) -> list[tuple[Any, ...]]:
+    """The foreign rows of ``read`` against the model; returns the other rows."""
+    mine = Counter(tuple(r[:3]) for r in read if isinstance(r[0], str) and FOREIGN_ID.fullmatch(r[0]))
+    want = Counter(foreign.live.values())
+    for row, n in (mine - want).items():
+        if row in want or row[0] in foreign.live:
+            verdict.duplicates.append(f"foreign row {row} is there {mine[row]} times, expected {want[row]}")
+        elif row[0] in foreign.ever:
+            verdict.wrong.append(f"foreign row {row} was deleted by the other writer and is back ({n})")
+        else:
+            verdict.wrong.append(f"foreign row {row} was never written by the other writer")
+    for row, n in (want - mine).items():
+        verdict.losses.append(f"foreign row {row} written by the other writer is missing ({n})")
+    verdict.rows += sum(mine.values())
+    return [r for r in read if not (isinstance(r[0], str) and FOREIGN_ID.fullmatch(r[0]))]
 
 
 def _has_column(uri: str, column: str) -> bool:
