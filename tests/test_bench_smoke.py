@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DELTA_SPARK_JARS_ENV
 from tests.postgres_server import JDBC_JAR, _bindir
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -69,11 +68,6 @@ def test_every_benchmark_area_runs(tmp_path: str) -> None:
 
 
 @pytest.mark.delta_spark
-@pytest.mark.skipif(
-    not os.environ.get(DELTA_SPARK_JARS_ENV),
-    reason=f"the Delta Spark jars are not available here; set {DELTA_SPARK_JARS_ENV} to their paths "
-    "to run the engines area (the delta-spark engine beside a plain Spark Delta write)",
-)
 def test_the_engines_area_loads_with_both_engines_beside_a_plain_delta_write(tmp_path: str) -> None:
     """``benchmarks.run --smoke --only engines`` with the Delta Spark jars: the plain Spark
     Delta write, the delta-spark load and the delta-rs load each measured (the area checks

@@ -20,7 +20,6 @@ import pytest
 from tests.chaos.machine import SPARK
 from tests.chaos.report import REPORT
 from tests.chaos.run import run_trials
-from tests.conftest import DELTA_SPARK_JARS_ENV
 
 pytestmark = [pytest.mark.chaos, pytest.mark.spark, pytest.mark.faults]
 
@@ -161,11 +160,6 @@ def test_sigkills_land_in_at_least_a_tenth_of_the_load_attempts(
 
 
 @pytest.mark.delta_spark
-@pytest.mark.skipif(
-    not os.environ.get(DELTA_SPARK_JARS_ENV),
-    reason=f"the Delta Spark jars are not available here; set {DELTA_SPARK_JARS_ENV} to their paths "
-    "to run Delta Spark as the other writer and the delta-spark engine in the chaos tier",
-)
 def test_delta_spark_as_the_other_writer_and_as_the_engine(
     spark: Any, chaos_postgres: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
