@@ -28,6 +28,7 @@ from tests.chaos.report import REPORT
 from tests.chaos.run import run_trials
 
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
+TINY_DATA = {"spark.sql.shuffle.partitions": "1"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-kills", type=int, default=6, help="SIGKILLs at most in one trial")
     parser.add_argument("--shrink", action="store_true", help="shrink a failing history (slow)")
     parser.add_argument("--no-postgres", action="store_true", help="leave the JDBC pipeline out")
+    parser.add_argument("--timings", action="store_true", help="where the time went (tests/chaos/timing.py)")
     args = parser.parse_args(argv)
     os.environ["EOD_CHAOS_KILL_PERCENT"] = str(args.kill_percent)
     os.environ["EOD_CHAOS_MAX_KILLS"] = str(args.max_kills)
@@ -51,13 +53,26 @@ def main(argv: list[str] | None = None) -> int:
     from tests.chaos.machine import SPARK
 
     conf = {"spark.jars": POSTGRES_JDBC_JAR} if os.path.exists(POSTGRES_JDBC_JAR) else {}
-    spark = get_session(conf=conf)
+    # A batch here is a few rows: one shuffle partition (a load's two small aggregations)
+    # instead of four; nothing the harness checks depends on it.
+    spark = get_session(conf={**conf, **TINY_DATA})
     server = None
-    if not args.no_postgres and conf:
+    if not args.no_postgres and "spark.jars" in conf:
         from tests.postgres_server import PostgresServer
 
         server = PostgresServer.start()
     SPARK["postgres"] = server
+    sampler = None
+    if args.timings:
+        from tests.chaos import timing
+
+        timing.install()
+        sampler = timing.CpuSampler().start()
+    from tests.chaos.children import CHILDREN
+
+    built = time.time()
+    archive = CHILDREN.build_archive()  # once per machine: the children's JVMs start cheaper
+    print(f"chaos: children's class archive: {archive or 'none'} ({time.time() - built:.0f} s)", flush=True)
     started = time.time()
     try:
         run_trials(
@@ -76,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"chaos: JDBC pipeline: {'on' if server is not None else 'off (no PostgreSQL)'}")
     print(f"chaos: elapsed {time.time() - started:.0f} s")
     print("\n".join(REPORT.lines()))
+    if sampler is not None:
+        from tests.chaos.timing import TIMINGS
+
+        print("\n".join(TIMINGS.lines(REPORT.trials)))
+        print(sampler.line(REPORT.trials))
     return 1 if REPORT.failures or REPORT.failing_seeds else 0
 
 
