@@ -62,17 +62,18 @@ def main(argv: list[str] | None = None) -> int:
 
         server = PostgresServer.start()
     SPARK["postgres"] = server
-    sampler = None
-    if args.timings:
-        from tests.chaos import timing
-
-        timing.install()
-        sampler = timing.CpuSampler().start()
     from tests.chaos.children import CHILDREN
 
     built = time.time()
     archive = CHILDREN.build_archive()  # once per machine: the children's JVMs start cheaper
     print(f"chaos: children's class archive: {archive or 'none'} ({time.time() - built:.0f} s)", flush=True)
+    sampler = None
+    if args.timings:  # from here on: the trials alone
+        from tests.chaos import timing
+
+        timing.install()
+        timing.TIMINGS.started = time.monotonic()
+        sampler = timing.CpuSampler().start()
     started = time.time()
     try:
         run_trials(

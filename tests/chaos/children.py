@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,11 @@ from tests.chaos.report import REPORT
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # The JVM options of every child (see the module's docstring).
-CHILD_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# The JVM's own warnings go to stderr (the child's log file), never to stdout, which is the
+# pipe the harness reads READY and RESULT from: a class-data-sharing warning there would be
+# read as the child's first line, and the thousands the archive's dump prints would fill
+# the pipe nobody reads after READY and hang the JVM.
+CHILD_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:disable -Xlog:all=warning:stderr"
 CHILD_MASTER = "local[1]"
 # Where the class-data-sharing archive is kept (one per JDK and Spark installation).
 CDS_DIR = os.path.join(os.path.expanduser("~"), ".cache", "airflow-eod", "chaos-cds")
@@ -184,6 +189,7 @@ class WarmChildren:
         os.makedirs(CDS_DIR, exist_ok=True)
         tmp = f"{archive}.{os.getpid()}.tmp"
         child = self._spawn(mode=TRAIN, jvm_options=f"{CHILD_JVM_OPTIONS} -XX:ArchiveClassesAtExit={tmp}")
+        jvms: list[int] = []
         try:
             child.wait_ready()
             jvms = _jvm_pids(child.proc.pid)
@@ -200,6 +206,9 @@ class WarmChildren:
         finally:
             child.proc.kill()
             child.proc.wait()
+            for pid in jvms:  # a JVM still dumping when the time is up (ours: our child started it)
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
             for path in (tmp, child.log_path):
                 try:
                     os.unlink(path)
