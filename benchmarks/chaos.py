@@ -36,6 +36,7 @@ from tests.chaos.run import run_trials
 from tests.chaos.spark_writer import DELTA_SPARK_JARS_ENV, delta_spark_conf, session_conf
 
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
+TINY_DATA = {"spark.sql.shuffle.partitions": "1"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         "--delta-spark-writer", action="store_true", help="Delta Spark's statements between and during loads"
     )
     parser.add_argument("--engine", choices=ENGINES, default="delta-rs", help="the loads' engine")
+    parser.add_argument("--timings", action="store_true", help="where the time went (tests/chaos/timing.py)")
     args = parser.parse_args(argv)
     if (args.delta_spark_writer or args.engine != "delta-rs") and not delta_spark_conf():
         parser.error(f"--delta-spark-writer and --engine need {DELTA_SPARK_JARS_ENV} (the Delta Spark jars)")
@@ -65,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     from tests.chaos.machine import SPARK
 
     conf = {**session_conf(POSTGRES_JDBC_JAR), "spark.ui.showConsoleProgress": "false"}
-    spark = get_session(conf=conf)
+    # A batch here is a few rows: one shuffle partition (a load's two small aggregations)
+    # instead of four; nothing the harness checks depends on it.
+    spark = get_session(conf={**conf, **TINY_DATA})
     SPARK["delta_spark"] = args.delta_spark_writer
     SPARK["engine"] = args.engine
     server = None
@@ -74,6 +78,18 @@ def main(argv: list[str] | None = None) -> int:
 
         server = PostgresServer.start()
     SPARK["postgres"] = server
+    from tests.chaos.children import CHILDREN
+
+    built = time.time()
+    archive = CHILDREN.build_archive()  # once per machine: the children's JVMs start cheaper
+    print(f"chaos: children's class archive: {archive or 'none'} ({time.time() - built:.0f} s)", flush=True)
+    sampler = None
+    if args.timings:  # from here on: the trials alone
+        from tests.chaos import timing
+
+        timing.install()
+        timing.TIMINGS.started = time.monotonic()
+        sampler = timing.CpuSampler().start()
     started = time.time()
     try:
         run_trials(
@@ -94,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"chaos: Delta Spark as the other writer: {writer}; engine {args.engine}")
     print(f"chaos: elapsed {time.time() - started:.0f} s")
     print("\n".join(REPORT.lines()))
+    if sampler is not None:
+        from tests.chaos.timing import TIMINGS
+
+        print("\n".join(TIMINGS.lines(REPORT.trials)))
+        print(sampler.line(REPORT.trials))
     return 1 if REPORT.failures or REPORT.failing_seeds else 0
 
 

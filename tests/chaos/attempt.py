@@ -13,6 +13,12 @@ whose table keeps transaction markers for three seconds its plan was refused as 
 before it reached the write, and a timer aimed at the write fired at some other moment.
 The harness (``tests/chaos/machine.py``, :class:`WarmChildren`) keeps one child warming
 while the current one runs. A child whose stdin closes (the harness is gone) exits.
+
+``--lean`` starts no JVM before the try: for a try aimed to die at ``after_plan``, which
+the freeze reaches without Spark (a worker's task starts its JVM only to load, too). Should
+such a try go on to load after all, it starts its JVM then (and prints ``LATE_JVM``).
+``--train`` loads what a try loads and exits when stdin closes: its JVM dumps the classes
+it loaded into the archive the other children map (``tests/chaos/children.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from airflow_eod.core.faults import ENV_VAR
 from airflow_eod.core.load_flow import LoadRequest, load_batch
@@ -30,10 +39,16 @@ from airflow_eod.spark.load_job import local_run, settle_committed
 READY = "READY"
 RESULT = "RESULT "
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
+# Spark settings the harness gives its children (JSON; tests/chaos/children.py).
+CHILD_CONF = "EOD_CHAOS_CHILD_CONF"
+TRAIN = "--train"  # the mode whose JVM dumps the class-data-sharing archive
+LEAN = "--lean"  # the mode that starts its JVM only when the try loads
+LATE_JVM = "LATE_JVM"  # printed by a lean child that had to start its JVM after all
 
 
-def run_attempt(args: dict[str, object], session: object) -> str:
-    """One try, as the harness describes it; returns the outcome."""
+def run_attempt(args: dict[str, object], session: Callable[[], object]) -> str:
+    """One try, as the harness describes it; returns the outcome. ``session`` returns the
+    SparkSession; it is called only once the try loads (not to plan or ask)."""
     source = source_from_dict(args["source"])  # type: ignore[arg-type]
     creds = Credentials(*args["credentials"]) if args["credentials"] else None  # type: ignore[misc]
     interval = tuple(datetime.fromisoformat(t) for t in args["interval"]) if args["interval"] else None  # type: ignore[attr-defined]
@@ -50,32 +65,78 @@ def run_attempt(args: dict[str, object], session: object) -> str:
     result = load_batch(
         request,
         source,
-        ReadContext(spark_factory=lambda: session, credentials=creds),  # type: ignore[arg-type]
-        run=local_run(lambda: session, table, source, credentials=creds, **args["settings"]),  # type: ignore[arg-type]
+        ReadContext(spark_factory=session, credentials=creds),  # type: ignore[arg-type]
+        run=local_run(session, table, source, credentials=creds, **args["settings"]),  # type: ignore[arg-type]
         settle=lambda status: settle_committed(table, status, args["try_number"]),  # type: ignore[arg-type]
     )
     return result.outcome
 
 
-def serve() -> int:
+def _warm_session() -> Any:
     from airflow_eod.spark.session import get_session
     from tests.chaos.spark_writer import session_conf
 
     # The harness's jars: the PostgreSQL driver, and Delta Spark's for a delta-spark try.
-    spark = get_session(conf=session_conf(POSTGRES_JDBC_JAR))
+    conf = session_conf(POSTGRES_JDBC_JAR)
+    conf.update(json.loads(os.environ.get(CHILD_CONF, "{}")))
+    spark = get_session(conf=conf)
     spark.range(1).count()  # the first job's set-up is paid now, not by the try
+    return spark
+
+
+def train() -> int:
+    """Load the classes a try loads (a CSV read with the file names, persisted and counted,
+    a partitioned Parquet write and its read), print ``READY`` and exit when stdin closes:
+    the harness started this JVM to dump its classes into an archive (tests/chaos/children.py)."""
+    spark = _warm_session()
+    with tempfile.TemporaryDirectory(prefix="eod-chaos-train-") as tmp:
+        with open(os.path.join(tmp, "a.csv"), "w", encoding="utf-8") as fh:
+            fh.write("id,n,part\ne1r0,1,a\ne1r1,x,b\n")
+        df = (
+            spark.read.schema("id STRING, n INT, part STRING, _corrupt_record STRING")
+            .option("header", "true")
+            .option("columnNameOfCorruptRecord", "_corrupt_record")
+            .csv(f"file://{tmp}/a.csv")
+        )
+        from pyspark.sql import functions as F
+
+        tagged = df.withColumn("_file", F.input_file_name()).persist()
+        tagged.groupBy("_file").count().collect()
+        tagged.drop("_corrupt_record", "_file").write.partitionBy("part").parquet(f"file://{tmp}/out")
+        spark.read.parquet(f"file://{tmp}/out").count()
+        tagged.unpersist()
+    print(READY, flush=True)
+    sys.stdin.read()
+    return 0
+
+
+def serve(lean: bool = False) -> int:
+    """Wait for one try and run it. ``lean``: no JVM until the try loads (a try that dies
+    at its freeze, as one aimed at ``after_plan`` does, never starts one: the freeze asks
+    the table and the source without Spark, as a worker's task does)."""
+    spark = None if lean else _warm_session()
     print(READY, flush=True)
     line = sys.stdin.readline()
     if not line.strip():
         return 0  # the harness is gone, or closed us: nothing to try
     args = json.loads(line)
     os.environ[ENV_VAR] = str(args.pop("faults"))
-    outcome = run_attempt(args, spark)
+    lazy: list[Any] = [spark]
+
+    def session() -> Any:
+        if lazy[0] is None:
+            print(LATE_JVM, flush=True)  # the harness counts these
+            lazy[0] = _warm_session()
+        return lazy[0]
+
+    outcome = run_attempt(args, session)
     print(RESULT + json.dumps({"outcome": outcome}), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--serve"]:
-        sys.exit("usage: python -m tests.chaos.attempt --serve")
-    sys.exit(serve())
+    if sys.argv[1:] == [TRAIN]:
+        sys.exit(train())
+    if sys.argv[1:] not in (["--serve"], [LEAN]):
+        sys.exit(f"usage: python -m tests.chaos.attempt --serve|{LEAN}|{TRAIN}")
+    sys.exit(serve(lean=sys.argv[1:] == [LEAN]))
