@@ -526,7 +526,9 @@ class _Audit:
         added, removed = self.log.changes.get(version, ([], []))
         if op not in ("UPDATE", "MERGE") or not added:
             return False
-        if op == "MERGE" and str(metrics.get("numTargetRowsDeleted")) != "0":
+        # Delta Spark's name for the count, and delta-rs's.
+        deleted = metrics.get("numTargetRowsDeleted", metrics.get("num_target_rows_deleted"))
+        if op == "MERGE" and str(deleted) != "0":
             return False  # deleted rows, or no count of them
         rows_in, rows_out = self._rows_of(removed), self._rows_of(added)
         if rows_in is None or rows_out is None:
