@@ -34,7 +34,7 @@ from airflow_eod.examples.compare import compare_rows, read_delta_rows, read_lan
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
 from tests.conftest import DELTA_SPARK_JARS_ENV
-from tests.helpers import ORDERS_DDL, check, orders_source, plan_for, spec_for
+from tests.helpers import ORDERS_DDL, check, commit_log, lost_races, orders_source, plan_for, spec_for
 
 pytestmark = [
     pytest.mark.spark,
@@ -87,7 +87,7 @@ def _check(table: str, landing: str, theirs: str | None = None) -> None:
     assert cmp.exact, cmp.describe()
 
 
-def _verify(table: str, *, warnings: set[str] = frozenset()) -> AuditReport:  # type: ignore[assignment]
+def _verify(table: str, *, warnings: frozenset[str] | set[str] = frozenset()) -> AuditReport:
     """``verify`` passes: no error; the warnings are of the kinds named, no others."""
     report = audit_table(table)
     assert report.ok, [f.message for f in report.errors]
@@ -161,7 +161,7 @@ def test_delta_spark_reads_history_and_time_travel_of_a_delta_rs_table(
 ) -> None:
     plans = [_load(spark, landing, table, n, files=n) for n in (1, 2, 3)]
     _retry(spark, landing, table, plans[1])
-    versions = [ask(table, p.key).table_version for p in plans]
+    versions = [int(ask(table, p.key).table_version or -1) for p in plans]
     assert versions == [0, 1, 2], versions
 
     now = spark.read.format("delta").load(table)
@@ -284,7 +284,6 @@ def test_delta_spark_multi_part_checkpoints_and_log_cleanup_between_loads(
         _sql(spark, "ALTER TABLE {t} SET TBLPROPERTIES ('delta.checkpointInterval' = '2')", table)
         version = DeltaTable(table).version()
         parts = [f for f in _log_files(table) if f.startswith(f"{version:020d}.checkpoint.")]
-        print(_log_files(table))
         assert len(parts) > 1, _log_files(table)
         _loads_go_on(spark, landing, table, plans, 3)
         _loads_go_on(spark, landing, table, plans, 4)
@@ -302,7 +301,6 @@ def test_delta_spark_multi_part_checkpoints_and_log_cleanup_between_loads(
             os.utime(os.path.join(table, "_delta_log", name), (1, 1))
         for n in range(3):
             _spark_append(spark, table, theirs, 900_000 + 100 * n)
-        print(_log_files(table))
         assert f"{0:020d}.json" not in _log_files(table), "the premise: Delta Spark cleaned up the log"
         _loads_go_on(spark, landing, table, plans, 5)
     _check(table, landing, theirs)
@@ -347,13 +345,10 @@ def test_v2_checkpoints_by_delta_spark(spark: Any, landing: str, table: str) -> 
     plans.append(plan)
     plans.append(_load(spark, landing, table, 4, engine="delta-spark"))  # a v2 checkpoint at 4
     plans.append(_load(spark, landing, table, 5, engine="delta-spark"))
-    print(_log_files(table))
     for plan in plans:
         _retry(spark, landing, table, plan)
         _retry(spark, landing, table, plan, engine="delta-spark")
     _check_by_spark(spark, table, landing)
-    report = audit_table(table)
-    print([f.message for f in report.findings])
     _verify(table)
 
 
@@ -384,5 +379,166 @@ def test_add_columns_and_property_changes_by_delta_spark(spark: Any, landing: st
     assert config["team.owner"] == "finance" and config["delta.checkpointInterval"] == "3"
     notes = spark.read.format("delta").load(table).where("note IS NOT NULL").count()
     assert notes == 0
+    _check(table, landing)
+    _verify(table)
+
+
+# -- attacks: Delta Spark racing airflow-eod's commit, and VACUUM under an attempt --------
+def test_delta_spark_optimize_taking_the_version_airflow_eod_commits_makes_it_ask_again(
+    spark: Any, landing: str, table: str, monkeypatch: Any
+) -> None:
+    """Both commit the next version: Delta Spark's OPTIMIZE wins it (it runs between
+    airflow-eod's reading of the table and its put-if-absent of the next commit), so
+    airflow-eod's put fails, it asks again, and commits the batch at the version after."""
+    from airflow_eod.core import commit as commit_mod
+
+    plans = [_load(spark, landing, table, n) for n in (1, 2)]
+    real = commit_mod.write_commit
+    raced: list[int] = []
+
+    def optimize_first(table_log: Any, *args: Any, **kw: Any) -> bool:
+        if not raced:
+            raced.append(table_log.version() + 1)
+            _sql(spark, "OPTIMIZE {t}", table)
+            assert DeltaTable(table).version() == raced[0], "the premise: OPTIMIZE took the version"
+        return bool(real(table_log, *args, **kw))
+
+    monkeypatch.setattr(commit_mod, "write_commit", optimize_first)
+    with commit_log() as messages:
+        plans.append(_load(spark, landing, table, 3))
+    assert lost_races("\n".join(messages)) == 1, messages
+    assert ask(table, plans[-1].key).table_version == raced[0] + 1
+    monkeypatch.setattr(commit_mod, "write_commit", real)
+    _loads_go_on(spark, landing, table, plans, 4)
+    _check(table, landing)
+    _verify(table, warnings={"compacted_file", "batch_file_compacted"})
+
+
+def test_delta_spark_optimize_running_beside_airflow_eod_loads_loses_no_batch(
+    spark: Any, landing: str, table: str
+) -> None:
+    """OPTIMIZE in a second thread (its own Spark jobs) while airflow-eod loads batch after
+    batch: whichever commits first, the other retries; every batch once."""
+    import threading
+
+    plans = [_load(spark, landing, table, n) for n in (1, 2)]
+    stop = threading.Event()
+    done: list[int] = []
+    failed: list[BaseException] = []
+
+    def optimize_again() -> None:
+        while not stop.is_set():
+            try:
+                _sql(spark, "OPTIMIZE {t}", table)
+                done.append(1)
+            except Exception as exc:  # a ConcurrentModificationException is Delta's "lost"
+                if "Concurrent" not in str(exc):
+                    failed.append(exc)
+                    return
+
+    worker = threading.Thread(target=optimize_again, daemon=True)
+    worker.start()
+    try:
+        for n in (3, 4, 5, 6):
+            plans.append(_load(spark, landing, table, n))
+    finally:
+        stop.set()
+        worker.join(timeout=120)
+    assert not failed, failed
+    assert done, "the premise: OPTIMIZE ran beside the loads"
+    for plan in plans:
+        _retry(spark, landing, table, plan)
+    _check(table, landing)
+    _verify(table, warnings={"compacted_file", "batch_file_compacted"})
+
+
+@pytest.mark.parametrize("retain", ["default", "0 hours"])
+def test_vacuum_while_a_batch_waits_for_its_commit(
+    spark: Any, landing: str, table: str, monkeypatch: Any, retain: str
+) -> None:
+    """A batch's staged files are no file of the table until its commit. VACUUM with its
+    default retention (7 days) keeps them; VACUUM RETAIN 0 HOURS with the retention check
+    disabled deletes them, and the commit must not reference them: the attempt fails
+    retryably, nothing is committed, and the retry stages and commits the batch."""
+    from airflow_eod.core.errors import BatchError
+    from airflow_eod.spark import load_job
+
+    plans = [_load(spark, landing, table, n) for n in (1, 2)]
+    real = load_job.commit_batch
+    staged_seen: list[str] = []
+
+    def vacuum_first(table_uri: str, batch: Any, generation: int, staged: Any, *a: Any, **kw: Any) -> Any:
+        staged_seen.extend(os.path.join(table, f.path) for f in staged.files)
+        assert all(os.path.exists(f) for f in staged_seen)
+        if retain == "default":
+            _sql(spark, "VACUUM {t}", table)
+        else:
+            with _conf(spark, spark__databricks__delta__retentionDurationCheck__enabled="false"):
+                _sql(spark, "VACUUM {t} RETAIN 0 HOURS", table)
+        return real(table_uri, batch, generation, staged, *a, **kw)
+
+    monkeypatch.setattr(load_job, "commit_batch", vacuum_first)
+    _land(landing, 3)
+    source = orders_source(landing)
+    plan = plan_for(source, table, run="run-3")
+    before = DeltaTable(table).version()
+    if retain == "default":
+        assert run_load(spark, spec_for(source, table, plan)).outcome == "committed"
+        assert all(os.path.exists(f) for f in staged_seen)
+    else:
+        with pytest.raises(BatchError, match="gone before their commit") as err:
+            run_load(spark, spec_for(source, table, plan))
+        assert err.value.retryable
+        assert not any(os.path.exists(f) for f in staged_seen), "the premise: VACUUM deleted them"
+        # Nothing committed: the commits since are Delta Spark's VACUUM START and VACUUM END.
+        since = [h["operation"] for h in DeltaTable(table).history() if h["version"] > before]
+        assert since == ["VACUUM END", "VACUUM START"], since
+        assert not ask(table, plan.key).committed
+        monkeypatch.setattr(load_job, "commit_batch", real)
+        assert run_load(spark, spec_for(source, table, plan, try_number=2)).outcome == "committed"
+    plans.append(plan)
+    monkeypatch.setattr(load_job, "commit_batch", real)
+    _loads_go_on(spark, landing, table, plans, 4)
+    _check(table, landing)
+    _verify(table)
+
+
+# == 4. Delta Spark's idempotent writes beside airflow-eod's markers; switching engines ==
+def _skipped_by_delta_spark(spark: Any, landing: str, table: str, plan: Plan) -> None:
+    """A plain Delta Spark write naming the batch's app id at its generation is skipped
+    silently by Delta Spark: it reads airflow-eod's marker as its own idempotency state."""
+    before = DeltaTable(table).version()
+    rows = spark.read.csv(landing, header=True, schema=ORDERS_DDL).limit(3)
+    (
+        rows.write.format("delta")
+        .mode("append")
+        .option("txnAppId", plan.key.app_id)
+        .option("txnVersion", "0")
+        .save(table)
+    )
+    assert DeltaTable(table).version() == before
+
+
+@pytest.mark.parametrize("first", ["delta-rs", "delta-spark"])
+def test_a_pipeline_switches_engines_between_runs(spark: Any, landing: str, table: str, first: str) -> None:
+    """Batches 1-2 by one engine; the retry of batch 2 and batch 3 by the other; then the
+    retry of batch 3 and batch 4 by the first again. Each engine sees the other's commits as
+    committed (the same app id, the same marker)."""
+    other = "delta-spark" if first == "delta-rs" else "delta-rs"
+    plans = [_load(spark, landing, table, n, engine=first) for n in (1, 2)]
+    _retry(spark, landing, table, plans[1], engine=other)
+    for plan in plans:
+        _skipped_by_delta_spark(spark, landing, table, plan)
+    plans.append(_load(spark, landing, table, 3, engine=other))
+    status = ask(table, plans[-1].key)
+    assert status.committed and status.manifest is not None and status.manifest.engine == other
+    _retry(spark, landing, table, plans[-1], engine=first)
+    _skipped_by_delta_spark(spark, landing, table, plans[-1])
+    plans.append(_load(spark, landing, table, 4, engine=first))
+    for plan in plans:
+        _retry(spark, landing, table, plan, engine=first)
+        _retry(spark, landing, table, plan, engine=other)
+    engines = [ask(table, p.key).manifest.engine for p in plans]  # type: ignore[union-attr]
+    assert engines == [first, first, other, first]
     _check(table, landing)
     _verify(table)
