@@ -383,6 +383,37 @@ def test_add_columns_and_property_changes_by_delta_spark(spark: Any, landing: st
     _verify(table)
 
 
+def test_a_batch_appended_again_by_delta_spark_is_seen_by_verify_only_as_the_same_bytes(
+    spark: Any, landing: str, table: str, tmp_path: Any
+) -> None:
+    """Delta Spark appends batch 1's rows again, read from the same source file. airflow-eod's
+    retry of batch 1 adds no further copy. ``verify`` counts rows and compares file bytes, it
+    does not compare rows with the source: rows written again in a file of other bytes (here
+    with one row of Delta Spark's own) are another writer's rows to it (``foreign_file``, a
+    warning), and only the row-by-row check finds the copy; a file of the very same bytes
+    (Spark writes the same rows the same way) is ``duplicate_file_content``, an error."""
+    theirs = str(tmp_path / "theirs")
+    plans = [_load(spark, landing, table, n) for n in (1, 2)]
+    batch1 = spark.read.csv(os.path.join(landing, "orders-001000-0000.csv"), header=True, schema=ORDERS_DDL)
+    write_order_files(theirs, 1, 1, first_id=900_000, seed=99)
+    mixed = batch1.unionByName(spark.read.csv(theirs, header=True, schema=ORDERS_DDL)).coalesce(1)
+    mixed.write.format("delta").mode("append").save(table)
+    _loads_go_on(spark, landing, table, plans, 3)
+    want = read_landing_rows(landing, "csv", ORDERS_COLUMNS, ORDERS_ARROW_SCHEMA)
+    want += read_landing_rows(theirs, "csv", ORDERS_COLUMNS, ORDERS_ARROW_SCHEMA)
+    cmp = compare_rows(want, read_delta_rows(table, ORDERS_COLUMNS))
+    assert not cmp.missing and not cmp.unexpected
+    assert sorted(r[0] for r in cmp.duplicates) == list(range(1000, 1000 + ROWS))
+    report = _verify(table, warnings={"foreign_file"})
+    assert [f.kind for f in report.findings] == ["foreign_file"]
+    # The same rows again, alone: Spark writes the bytes of batch 1's own file.
+    batch1.write.format("delta").mode("append").save(table)
+    _retry(spark, landing, table, plans[0])
+    report = audit_table(table)
+    dup = [f for f in report.errors if f.kind == "duplicate_file_content"]
+    assert [f.batch_key for f in dup] == [plans[0].batch_key], [f.message for f in report.findings]
+
+
 # -- attacks: Delta Spark racing airflow-eod's commit, and VACUUM under an attempt --------
 def test_delta_spark_optimize_taking_the_version_airflow_eod_commits_makes_it_ask_again(
     spark: Any, landing: str, table: str, monkeypatch: Any
