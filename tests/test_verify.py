@@ -863,3 +863,29 @@ def test_a_merge_that_deletes_batch_rows_and_inserts_as_many_is_still_an_error(
     assert lost.severity == "error" and lost.batch_key == loaded["22"].batch_key
     assert main(["verify", table]) == 1
     capsys.readouterr()
+
+
+def test_a_fake_optimize_that_doubles_a_batchs_rows_is_still_an_error(
+    table: str, loaded: dict[str, Plan]
+) -> None:
+    """A dataChange=false commit that replaces batch 21's file with one holding its rows
+    twice: the table-wide count must not excuse the extra rows as inserts (only a MERGE's
+    own count of its inserts does)."""
+    import pyarrow.parquet as pq
+
+    before = len(DeltaTable(table).to_pyarrow_table())
+    victim = _record(table, loaded["21"])[1]["files"][0]
+    data = pa.concat_tables([pq.read_table(os.path.join(table, victim))] * 2)
+    pq.write_table(data, os.path.join(table, "doubled.parquet"))
+    rows, stats = file_stats(os.path.join(table, "doubled.parquet"))
+    size = os.path.getsize(os.path.join(table, "doubled.parquet"))
+    version = DeltaTable(table).version() + 1
+    add = {"path": "doubled.parquet", "size": size, "partitionValues": {}, "modificationTime": 1,
+           "dataChange": False, "stats": stats}  # fmt: skip
+    with open(os.path.join(table, "_delta_log", f"{version:020d}.json"), "x") as fh:
+        fh.write(json.dumps({"commitInfo": {"timestamp": 1, "operation": "OPTIMIZE"}}) + "\n")
+        fh.write(json.dumps({"remove": {"path": victim, "dataChange": False, "deletionTimestamp": 1}}) + "\n")
+        fh.write(json.dumps({"add": add}) + "\n")
+    assert rows == 10 and len(DeltaTable(table).to_pyarrow_table()) == before + 5  # the premise
+    report = audit_table(table)
+    assert "row_total_mismatch" in {f.kind for f in report.errors}, report.findings
