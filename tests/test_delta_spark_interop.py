@@ -161,7 +161,11 @@ def test_delta_spark_reads_history_and_time_travel_of_a_delta_rs_table(
 ) -> None:
     plans = [_load(spark, landing, table, n, files=n) for n in (1, 2, 3)]
     _retry(spark, landing, table, plans[1])
-    versions = [int(ask(table, p.key).table_version or -1) for p in plans]
+    versions: list[int] = []
+    for plan in plans:
+        landed = ask(table, plan.key).table_version
+        assert landed is not None
+        versions.append(landed)
     assert versions == [0, 1, 2], versions
 
     now = spark.read.format("delta").load(table)
