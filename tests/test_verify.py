@@ -816,3 +816,76 @@ def test_a_commit_that_a_log_cleanup_removes_while_it_is_read_is_not_called_unpa
         delta_log._from_deltalake(table)
     assert getattr(got.value, "retryable", True), f"{type(got.value).__name__}: {got.value}"
     assert "not JSON" not in str(got.value)
+
+
+# -- another writer's UPDATE and MERGE (issue 19): rows moved, not lost ----------------------
+def test_an_update_or_merge_that_keeps_every_row_is_a_warning_not_an_error(
+    table: str, loaded: dict[str, Plan], capsys: Any
+) -> None:
+    """Another writer's UPDATE of batch 21's rows and a MERGE that matches one of batch 22's
+    rows and inserts two rows of its own rewrite those batches' files (dataChange=true). No
+    row left the table: before, verify called both batches' files not live (error) and the
+    MERGE's inserts "2 rows more than accounted for" (error)."""
+    before = len(DeltaTable(table).to_pyarrow_table())
+    DeltaTable(table).update({"src": "'edited'"}, predicate="seq = 10")
+    theirs = pa.table({"seq": pa.array([20, 900, 901], pa.int64()), "src": ["merged", "theirs", "theirs"]})
+    (
+        DeltaTable(table)
+        .merge(theirs, "s.seq = t.seq", source_alias="s", target_alias="t")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert len(DeltaTable(table).to_pyarrow_table()) == before + 2, "the premise: two rows inserted"
+    report = audit_table(table)
+    assert report.ok, _errors(report)
+    rewritten = _kinds(report)["batch_file_rewritten"]
+    assert {f.batch_key for f in rewritten} == {loaded["21"].batch_key, loaded["22"].batch_key}
+    assert main(["verify", table]) == 0
+    capsys.readouterr()
+
+
+def test_a_merge_that_deletes_batch_rows_and_inserts_as_many_is_still_an_error(
+    table: str, loaded: dict[str, Plan], capsys: Any
+) -> None:
+    """The row count alone would balance (two of batch 22's rows deleted, two rows inserted):
+    the MERGE's own count of the rows it deleted keeps it an error."""
+    theirs = pa.table({"seq": pa.array([20, 21, 900, 901], pa.int64()), "src": ["x"] * 4})
+    (
+        DeltaTable(table)
+        .merge(theirs, "s.seq = t.seq", source_alias="s", target_alias="t")
+        .when_matched_delete()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    report = audit_table(table)
+    lost = _only(report, "batch_file_not_live")
+    assert lost.severity == "error" and lost.batch_key == loaded["22"].batch_key
+    assert main(["verify", table]) == 1
+    capsys.readouterr()
+
+
+def test_a_fake_optimize_that_doubles_a_batchs_rows_is_still_an_error(
+    table: str, loaded: dict[str, Plan]
+) -> None:
+    """A dataChange=false commit that replaces batch 21's file with one holding its rows
+    twice: the table-wide count must not excuse the extra rows as inserts (only a MERGE's
+    own count of its inserts does)."""
+    import pyarrow.parquet as pq
+
+    before = len(DeltaTable(table).to_pyarrow_table())
+    victim = _record(table, loaded["21"])[1]["files"][0]
+    data = pa.concat_tables([pq.read_table(os.path.join(table, victim))] * 2)
+    pq.write_table(data, os.path.join(table, "doubled.parquet"))
+    rows, stats = file_stats(os.path.join(table, "doubled.parquet"))
+    size = os.path.getsize(os.path.join(table, "doubled.parquet"))
+    version = DeltaTable(table).version() + 1
+    add = {"path": "doubled.parquet", "size": size, "partitionValues": {}, "modificationTime": 1,
+           "dataChange": False, "stats": stats}  # fmt: skip
+    with open(os.path.join(table, "_delta_log", f"{version:020d}.json"), "x") as fh:
+        fh.write(json.dumps({"commitInfo": {"timestamp": 1, "operation": "OPTIMIZE"}}) + "\n")
+        fh.write(json.dumps({"remove": {"path": victim, "dataChange": False, "deletionTimestamp": 1}}) + "\n")
+        fh.write(json.dumps({"add": add}) + "\n")
+    assert rows == 10 and len(DeltaTable(table).to_pyarrow_table()) == before + 5  # the premise
+    report = audit_table(table)
+    assert "row_total_mismatch" in {f.kind for f in report.errors}, report.findings

@@ -163,7 +163,8 @@ def commit_batch(
         raise BatchError(
             batch.label,
             f"{len(missing)} staged file(s) of generation {generation} are gone before their commit "
-            f"(e.g. {missing[0]}; VACUUM?); nothing was committed. Restate the batch to stage it again",
+            f"(e.g. {missing[0]}; VACUUM?); nothing was committed. A retry stages the batch's data "
+            "again; staged quarantine rejects of an earlier attempt come back only with a restatement",
         )
     adds = [f.add_action() for f in staged.files]
     for round_no in range(1, MAX_COMMIT_ROUNDS + 1):

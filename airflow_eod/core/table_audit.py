@@ -75,6 +75,10 @@ SAYS: dict[str, tuple[str, str]] = {
     "batch_file_compacted": (WARNING, "generation {gen}: {n} of its {files} file(s) were rewritten by "
         "another writer's OPTIMIZE (commit {version}): its row count cannot be checked, and it "
         "cannot be restated"),
+    "batch_file_rewritten": (WARNING, "generation {gen}: {n} of its {files} file(s) were rewritten by "
+        "another writer's {op} (commit {version}), which kept every row it read (its output holds as "
+        "many rows or more, and it says it deleted none): its rows may have new values now, its "
+        "own row count cannot be checked (the table-wide one still is), and it cannot be restated"),
     "batch_file_removed_unseen": (WARNING, "generation {gen}: {n} of its {files} file(s) were removed "
         "by a commit that has left the log (e.g. {file}): an OPTIMIZE and a DELETE look alike now, so "
         "its row count cannot be checked on its own; the table-wide count checks that its {rows} "
@@ -362,7 +366,13 @@ class _Audit:
             # Removed by a commit a log cleanup took: whether it moved the rows (OPTIMIZE) or
             # dropped them (DELETE) is only told by the table-wide count (check_total).
             unseen = [f for f in gone if f not in self.log.removes]
-            lost = [f for f in gone if f not in compacted and f not in unseen]
+            # An UPDATE or MERGE rewrote the file and kept every row of it (in new files).
+            rewritten = [
+                f
+                for f in gone
+                if f not in compacted and f not in unseen and self._kept_rows(self.log.removes[f][0])
+            ]
+            lost = [f for f in gone if f not in compacted and f not in unseen and f not in rewritten]
             say: dict[str, Any] = {"gen": gen, "files": len(b.files)}
             if unseen:
                 known = [self.log.adds[f][2] if f in self.log.adds else None for f in lost + compacted]
@@ -383,11 +393,17 @@ class _Audit:
                 count = f"{sum(r or 0 for r in rows)}{'+' if None in rows else ''}"
                 say.update(n=len(lost), file=lost[0], by=by, rows=count, recorded=b.rows)
                 self.add("batch_file_not_live", key, lost, **say)
+            if rewritten:
+                v = self.log.removes[rewritten[0]][0]
+                said = {"gen": gen, "files": len(b.files)}
+                op = self.log.operations.get(v, "")
+                self.add("batch_file_rewritten", key, rewritten, n=len(rewritten), op=op, version=v, **said)
             if compacted:
                 say.update(n=len(compacted), version=self.log.removes[compacted[0]][0])
                 self.add("batch_file_compacted", key, compacted, **say)
             elif (
                 not lost
+                and not rewritten
                 and not unseen
                 and b.rows is not None
                 and live_rows is not None
@@ -440,9 +456,11 @@ class _Audit:
         # Another writer's commit that rewrote files holding batch rows (OPTIMIZE, DELETE,
         # MERGE, or a rewrite of such a rewrite) holds their rows in its output, in place of
         # its inputs: only the other writers' rows it folded in count as theirs.
+        inserted = 0
         for v, (added, removed) in sorted(self.log.changes.items()):
             if v not in ours and carrier & set(removed):
                 carrier.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
+                inserted += self._merge_inserts(v, added, removed)
                 for f in removed:
                     if f not in carrier and not f.startswith(f"{DATA_DIR}/"):
                         folded[f] = file_rows(self.path, f, self.log.adds.get(f, (0, True, None))[2])
@@ -467,7 +485,7 @@ class _Audit:
             self.add("rows_unknown", None, what=what, scope="leaves them and their files out")
         total = sum(r or 0 for f, r in self.rows.items() if f not in left_out)
         recorded = sum(b.rows or 0 for b in committed)
-        other = sum(r or 0 for r in [*others, *folded.values()])
+        other = sum(r or 0 for r in [*others, *folded.values()]) + inserted
         # Batch rows whose files a commit no longer in the log removed are, if that commit was
         # a compaction, in files that are counted as other writers' now: only in those whose
         # origin the log no longer shows, or in the output of a later rewrite of such files.
@@ -480,6 +498,55 @@ class _Audit:
         say: dict[str, Any] = dict(total=total, batches=len(committed), recorded=recorded, others=other)
         if diff := total - recorded - other:
             self.add("row_total_mismatch", None, diff=abs(diff), more=("fewer", "more")[diff > 0], **say)
+
+    def _rows_of(self, files: list[str]) -> int | None:
+        """The rows ``files`` hold (live: their statistics; gone: their add in the log, or the
+        footer while the file is on disk); ``None`` when one is not known."""
+        total = 0
+        for f in files:
+            rows = self.rows[f] if f in self.live else None
+            if rows is None:
+                rows = file_rows(self.path, f, self.log.adds[f][2] if f in self.log.adds else None)
+            if rows is None:
+                return None
+            total += rows
+        return total
+
+    def _merge_inserts(self, version: int, added: list[str], removed: list[str]) -> int:
+        """The rows a MERGE inserted in the files it wrote beside the batch rows it rewrote:
+        the other writer's rows. Only a MERGE that counts its inserts, and no more than its
+        output holds beyond its input: rows any other commit (an OPTIMIZE) added on top of
+        what it removed stay unexplained, so a rewrite that doubled batch rows is found."""
+        if self.log.operations.get(version) != "MERGE":
+            return 0
+        metrics = self.log.metrics.get(version, {})
+        said = str(metrics.get("numTargetRowsInserted", metrics.get("num_target_rows_inserted")))
+        if not said.isdigit():
+            return 0  # no count of its inserts
+        count = int(said)
+        rows_in, rows_out = self._rows_of(removed), self._rows_of(added)
+        if rows_in is None or rows_out is None:
+            return 0
+        return max(0, min(count, rows_out - rows_in))
+
+    def _kept_rows(self, version: int) -> bool:
+        """Whether commit ``version`` is another writer's UPDATE or MERGE that kept every row
+        of the files it removed: an UPDATE whose output holds as many rows as its input, a
+        MERGE that says it deleted no row and whose output holds at least as many. Anything
+        else that removed a batch file (a DELETE, an overwrite) may have dropped rows."""
+        op = self.log.operations.get(version)
+        metrics = self.log.metrics.get(version, {})
+        added, removed = self.log.changes.get(version, ([], []))
+        if op not in ("UPDATE", "MERGE") or not added:
+            return False
+        # Delta Spark's name for the count, and delta-rs's.
+        deleted = metrics.get("numTargetRowsDeleted", metrics.get("num_target_rows_deleted"))
+        if op == "MERGE" and str(deleted) != "0":
+            return False  # deleted rows, or no count of them
+        rows_in, rows_out = self._rows_of(removed), self._rows_of(added)
+        if rows_in is None or rows_out is None:
+            return False
+        return rows_out == rows_in if op == "UPDATE" else rows_out >= rows_in
 
     def _unseen_capacity(self, ours: set[int], folded: list[str]) -> dict[str, int]:
         """Other writers' files -> how many of their rows may be batch rows that a commit no

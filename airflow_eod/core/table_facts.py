@@ -227,6 +227,8 @@ class LogFacts:
     :param landed: (appId, version) -> (commit version, manifest rows, files it added).
     :param operations: version -> the commit's ``commitInfo.operation`` (``WRITE``, ``DELETE``...).
     :param changes: version -> (the files it added, the files it removed).
+    :param metrics: version -> the commit's ``commitInfo.operationMetrics`` (Delta Spark's
+        counts of the rows it updated, deleted, inserted...), empty when it has none.
     :param extras: (appId, version) -> the ``extra`` of the manifest of the commit that set it.
     """
 
@@ -238,6 +240,7 @@ class LogFacts:
     landed: dict[tuple[str, int], tuple[int, int | None, list[str]]] = field(default_factory=dict)
     operations: dict[int, str] = field(default_factory=dict)
     changes: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
+    metrics: dict[int, dict[str, Any]] = field(default_factory=dict)
     extras: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
 
 
@@ -319,6 +322,8 @@ def _commit_facts(v: int, actions: list[dict[str, Any]], out: LogFacts) -> None:
         elif "commitInfo" in a:
             manifest = Manifest.from_user_metadata(a["commitInfo"].get("userMetadata"))
             out.operations[v] = str(a["commitInfo"].get("operation") or "unknown operation")
+            metrics = a["commitInfo"].get("operationMetrics")
+            out.metrics[v] = dict(metrics) if isinstance(metrics, dict) else {}
     out.commits[v], out.changes[v] = txns, (adds, removes)
     for txn_key in txns:
         out.landed[txn_key] = (v, manifest.rows if manifest else None, sorted(adds))
