@@ -33,17 +33,11 @@ from airflow_eod.core.table_audit import AuditReport, audit_table
 from airflow_eod.examples.compare import compare_rows, read_delta_rows, read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
-from tests.conftest import DELTA_SPARK_JARS_ENV
 from tests.helpers import ORDERS_DDL, check, commit_log, lost_races, orders_source, plan_for, spec_for
 
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.delta_spark,
-    pytest.mark.skipif(
-        not os.environ.get(DELTA_SPARK_JARS_ENV),
-        reason=f"the Delta Spark jars are not available here (no Maven access); set "
-        f"{DELTA_SPARK_JARS_ENV} to their paths to run the Delta Spark interop tests",
-    ),
 ]
 
 ROWS = 10  # rows per landing file; batch n holds order ids n*1000 .. n*1000+ROWS-1
