@@ -221,15 +221,9 @@ def spark_session() -> SparkSession:
     Delta Spark jars and SQL extension where EOD_DELTA_SPARK_JARS names the jars (the engines
     area)."""
     from airflow_eod.spark.session import get_session
+    from tests.spark_conf import session_conf
 
-    conf = {"spark.ui.showConsoleProgress": "false"}
-    jars = [POSTGRES_JDBC_JAR] if os.path.exists(POSTGRES_JDBC_JAR) else []
-    if os.environ.get(DELTA_SPARK_JARS_ENV):
-        jars += os.environ[DELTA_SPARK_JARS_ENV].split(",")
-        conf["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
-        conf["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-    if jars:
-        conf["spark.jars"] = ",".join(jars)
+    conf = {**session_conf(POSTGRES_JDBC_JAR), "spark.ui.showConsoleProgress": "false"}
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     spark = get_session(conf=conf, app_name="airflow-eod-bench")
     spark.sparkContext.setLogLevel("ERROR")

@@ -88,17 +88,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from airflow_eod.spark.session import get_session
+    from tests.spark_conf import session_conf
 
     # One session serves every tier, so every jar a test needs goes in at start.
-    conf: dict[str, str] = {}
-    jars = [POSTGRES_JDBC_JAR] if os.path.exists(POSTGRES_JDBC_JAR) else []
-    if os.environ.get(DELTA_SPARK_JARS_ENV):
-        jars += os.environ[DELTA_SPARK_JARS_ENV].split(",")
-        conf["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
-        conf["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-    if jars:
-        conf["spark.jars"] = ",".join(jars)
-    session = get_session(conf=conf)
+    session = get_session(conf=session_conf(POSTGRES_JDBC_JAR))
     yield session
     session.stop()
 

@@ -28,8 +28,10 @@ from typing import Any
 
 from tests.chaos.report import REPORT
 from tests.chaos.world import PARTS
+from tests.spark_conf import DELTA_SPARK_JARS_ENV, delta_spark_conf, session_conf
 
-DELTA_SPARK_JARS_ENV = "EOD_DELTA_SPARK_JARS"
+__all__ = ["DELTA_SPARK_JARS_ENV", "ForeignRows", "delta_spark_conf", "session_conf"]
+
 FOREIGN_ID = re.compile(r"f\d+r\d+")
 # What Delta Spark may do on any table of a trial; APPEND and the DML of foreign rows only on
 # the main table (the JDBC checkers hold every row to a committed batch's range).
@@ -39,31 +41,6 @@ FOREIGN_DML = ["append", "append", "delete", "update", "merge"]
 REWRITES = {"delete", "update", "merge", "rewrite_batch_files"}
 # Delta's own optimistic concurrency: the statement lost to a concurrent commit, nothing changed.
 _CONFLICTS = ("Concurrent", "ProtocolChanged", "MetadataChanged", "DELTA_CONCURRENT")
-
-
-def delta_spark_conf() -> dict[str, str]:
-    """The Spark settings a session needs for Delta Spark: the jars of EOD_DELTA_SPARK_JARS,
-    the SQL extension and the catalog (as tests/conftest.py's ``spark`` fixture sets them);
-    empty where the variable is unset."""
-    jars = os.environ.get(DELTA_SPARK_JARS_ENV, "")
-    if not jars:
-        return {}
-    return {
-        "spark.jars": jars,
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    }
-
-
-def session_conf(postgres_jar: str) -> dict[str, str]:
-    """A chaos session's settings: the PostgreSQL driver where there is one, and Delta Spark
-    where EOD_DELTA_SPARK_JARS names its jars."""
-    conf = delta_spark_conf()
-    jars = [postgres_jar] if os.path.exists(postgres_jar) else []
-    jars += [j for j in conf.pop("spark.jars", "").split(",") if j]
-    if jars:
-        conf["spark.jars"] = ",".join(jars)
-    return conf
 
 
 @dataclass
