@@ -213,17 +213,22 @@ def check_schema(
     partition_by: list[str],
     batch_label: str,
     policy: str = SCHEMA_FAIL,
+    *,
+    computed: frozenset[str] = frozenset(),
 ) -> str | None:
     """Check the batch's schema against the table's.
 
+    :param computed: top-level columns the writer fills itself (Delta Spark computes
+        generated and identity columns, :func:`computed_columns`): a batch need not carry them.
     :returns: ``None`` when the batch fits the table as it is, or the widened table schema
         (JSON) when the policy is ``add_columns`` and the batch only brings new columns.
     :raises SchemaMismatchError: for any other difference; type changes always fail.
     """
     table_json = table.schema_json()
-    new, missing, changed = _diff(table_json, batch_schema_json)
+    compared = _without(table_json, computed) if computed else table_json
+    new, missing, changed = _diff(compared, batch_schema_json)
     table_parts = list(table.metadata().partition_columns)
-    problems = schema_differences(table_json, batch_schema_json)
+    problems = schema_differences(compared, batch_schema_json)
     if partition_by and list(partition_by) != table_parts:
         problems.append(f"partition columns {partition_by} but the table has {table_parts}")
     if not problems:
@@ -248,6 +253,23 @@ def check_schema(
     raise SchemaMismatchError(
         batch_label, "schema does not match the target table: " + "; ".join(problems) + hint
     )
+
+
+def computed_columns(table: TableLog) -> frozenset[str]:
+    """Top-level columns whose values the table's writer computes: generated columns
+    (``delta.generationExpression``) and identity columns (``delta.identity.*``)."""
+    return frozenset(
+        f["name"]
+        for f in _fields(table.schema_json())
+        if "delta.generationExpression" in (f.get("metadata") or {})
+        or any(k.startswith("delta.identity.") for k in (f.get("metadata") or {}))
+    )
+
+
+def _without(schema_json: str, names: frozenset[str]) -> str:
+    body = json.loads(schema_json)
+    body["fields"] = [f for f in body["fields"] if f["name"] not in names]
+    return json.dumps(body)
 
 
 def _other_partitions(partition_by: list[str], table_parts: list[str]) -> bool:

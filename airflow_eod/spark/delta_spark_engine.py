@@ -17,7 +17,7 @@ from airflow_eod.core.errors import BatchError, ConfigurationError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
-from airflow_eod.core.table_compat import SCHEMA_FAIL, check_schema
+from airflow_eod.core.table_compat import SCHEMA_FAIL, check_schema, computed_columns
 from airflow_eod.core.table_layout import local_path
 
 if TYPE_CHECKING:
@@ -55,7 +55,10 @@ def write_with_delta_spark(
     if table is not None:
         # Checked here, not left to Delta Spark: its mergeSchema also widens types
         # (int -> long) silently, and its own mismatch error is retried in vain.
-        widened = check_schema(table, df.schema.json(), partition_by, batch.label, schema_policy)
+        # Delta Spark fills generated and identity columns itself: a batch need not carry them.
+        computed = computed_columns(table)
+        schema = df.schema.json()
+        widened = check_schema(table, schema, partition_by, batch.label, schema_policy, computed=computed)
         merge_schema = widened is not None
     writer = (
         df.write.format("delta")
