@@ -625,3 +625,34 @@ def test_a_restatement_asked_by_dag_run_conf_is_refused_at_once(
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 40, cmp.describe()
     verified(table, 1)
+
+
+@pytest.mark.faults
+def test_a_commit_whose_reply_is_lost_is_reported_as_this_attempts(
+    spark: Any, landing: str, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Delta Spark commits the batch, then ``save()`` raises (a lost Py4J reply, a failed
+    post-commit hook). The attempt that committed reports ``committed``, found by its attempt
+    id in the manifest. It used to report ``already_committed``: the error path returned
+    "not ours" without asking whose commit it was (found by the issue 19 adversary)."""
+    from pyspark.sql import DataFrameWriter
+
+    write_order_files(landing, 1, 10, first_id=2000)
+    source = orders_source(landing)
+    plan = plan_for(source, table)
+    real = DataFrameWriter.save
+
+    def save_then_fail(self: Any, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        raise RuntimeError("py4j: Answer from Java side is empty")
+
+    monkeypatch.setattr(DataFrameWriter, "save", save_then_fail)
+    got = run_load(spark, spec_for(source, table, plan, engine=ENGINE))
+    monkeypatch.undo()
+    assert got.outcome == "committed", got
+    assert got.table_version == DeltaTable(table).version() == 0
+    again = run_load(spark, spec_for(source, table, plan, try_number=2, engine=ENGINE))
+    assert again.outcome == "already_committed"
+    cmp = check(table, landing)
+    assert cmp.exact, cmp.describe()
+    verified(table, 1)

@@ -81,7 +81,9 @@ def write_with_delta_spark(
     except Exception as exc:  # a ConcurrentTransactionException arrives as a Py4J error
         after = ask(table_uri, batch, generation)
         if after.committed:
-            return False, after
+            # The save may have committed before it raised (a lost Py4J reply, a failed
+            # post-commit hook): the manifest's attempt id says whose commit it is.
+            return _ours(after, manifest), after
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if any(code in str(exc) for code in _NOT_SET_UP):
             raise ConfigurationError(
@@ -99,5 +101,9 @@ def write_with_delta_spark(
     after = ask(table_uri, batch, generation)
     if not after.committed:
         raise BatchError(batch.label, "Delta Spark returned but the table has no marker for the batch")
-    ours = after.manifest is not None and after.manifest.attempt_id == manifest.attempt_id
-    return ours, after
+    return _ours(after, manifest), after
+
+
+def _ours(status: BatchStatus, manifest: Manifest) -> bool:
+    """Whether the commit ``status`` found is this attempt's (its manifest's attempt id)."""
+    return status.manifest is not None and status.manifest.attempt_id == manifest.attempt_id
