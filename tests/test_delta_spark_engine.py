@@ -77,6 +77,13 @@ def verified(table: str, batches: int, foreign_files: int = 0) -> None:
         assert b.live_rows == b.recorded_rows and b.live_files > 0, b
 
 
+def assert_loaded(table: str, landing: str, *, rows: int, batches: int) -> None:
+    """The table holds the landing files' ``rows`` row by row, once, and ``verify`` agrees."""
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == rows, cmp.describe()
+    verified(table, batches)
+
+
 def commits(table: str) -> list[dict[str, Any]]:
     """The table's commits, oldest first, each as its actions by kind."""
     out = []
@@ -135,9 +142,7 @@ def test_landing_offset_batches_follow_the_frontier(spark: Any, landing: str, ta
     assert nothing is None, "every file is loaded: nothing to plan"
     # The table's retention for markers is set by the write that created it.
     assert DeltaTable(table).metadata().configuration.get("delta.setTransactionRetentionDuration")
-    cmp = check(table, landing)
-    assert cmp.exact and cmp.table_rows == 80, cmp.describe()
-    verified(table, 3)
+    assert_loaded(table, landing, rows=80, batches=3)
 
 
 def test_landing_intervals_loaded_out_of_order_then_again(spark: Any, tmp_path: Any, table: str) -> None:
@@ -174,9 +179,7 @@ def test_a_partitioned_table(spark: Any, landing: str, table: str) -> None:
     assert all(a["path"].startswith("order_date=") and a["partitionValues"]["order_date"] for a in adds)
     # Spark reads the partition column back (not null), for every row.
     assert spark.read.format("delta").load(table).where("order_date IS NULL").count() == 0
-    cmp = check(table, landing)
-    assert cmp.exact and cmp.table_rows == 120, cmp.describe()
-    verified(table, 2)
+    assert_loaded(table, landing, rows=120, batches=2)
 
 
 def _with_extra(df: Any) -> Any:
@@ -211,9 +214,7 @@ def test_schema_drift_fails_names_the_way_out_then_add_columns_adds_them(
     assert "extra" in fields and fields["extra"].nullable
     extra = DeltaTable(table).to_pyarrow_table(columns=["extra"])["extra"].to_pylist()
     assert sorted(extra, key=str) == [None] * 30 + ["x"] * 30
-    cmp = check(table, landing)
-    assert cmp.exact and cmp.table_rows == 60, cmp.describe()
-    verified(table, 2)
+    assert_loaded(table, landing, rows=60, batches=2)
 
 
 # -- JDBC --------------------------------------------------------------------------------------
@@ -325,9 +326,7 @@ def test_a_crash_at_each_boundary_then_a_retry_lands_the_batch_once(
     result = run_load(spark, ds_spec(source, table, plan_for(source, table), try_number=2))
     assert result.outcome == ("already_committed" if committed else "committed")
     assert len(DeltaTable(table).history()) == 1
-    cmp = check(table, landing)
-    assert cmp.exact and cmp.table_rows == 80, cmp.describe()
-    verified(table, 1)
+    assert_loaded(table, landing, rows=80, batches=1)
 
 
 @pytest.mark.faults
@@ -348,9 +347,7 @@ def test_a_crash_after_the_plan_is_frozen_then_a_retry_loads_the_same_batch(
     assert (result.outcome, result.rows) == ("committed", 60)
     nxt = local_run(lambda: spark, table, source, engine=ENGINE, run_id="run-2", try_number=1)
     assert load_batch(LoadRequest(table, "tests.ds_flow", "run-2"), source, ctx, run=nxt).rows == 30
-    cmp = check(table, landing)
-    assert cmp.exact and cmp.table_rows == 90, cmp.describe()
-    verified(table, 2)
+    assert_loaded(table, landing, rows=90, batches=2)
 
 
 def _child_env() -> dict[str, str]:
@@ -378,9 +375,7 @@ def test_sigkill_after_delta_spark_committed_but_before_the_ask_after(
     result = run_load(spark, ds_spec(source, table, plan_for(source, table), try_number=2))
     assert result.outcome == "already_committed" and result.table_version == version
     assert DeltaTable(table).version() == version, "the retry wrote nothing"
-    cmp = check(table, landing)
-    assert cmp.exact and cmp.table_rows == 90, cmp.describe()
-    verified(table, 1)
+    assert_loaded(table, landing, rows=90, batches=1)
 
 
 # -- racing attempts ---------------------------------------------------------------------------
@@ -413,9 +408,7 @@ def test_two_attempts_of_one_batch_racing_in_threads_commit_once(
     assert len({r.table_version for r in results}) == 1
     # One commit holds the batch (the table version 0 is the first batch).
     assert [len(c["txn"]) for c in commits(table)] == [1, 1]
-    cmp = check(table, landing)
-    assert cmp.exact and cmp.table_rows == 200, cmp.describe()
-    verified(table, 2)
+    assert_loaded(table, landing, rows=200, batches=2)
 
 
 @pytest.mark.faults
@@ -435,9 +428,7 @@ def test_two_processes_loading_the_same_batch_commit_once(landing: str, table: s
     assert sorted(r["outcome"] for r in results) == ["already_committed", "committed"]
     assert len({r["table_version"] for r in results}) == 1
     assert len(DeltaTable(table).history()) == 1
-    cmp = check(table, landing)
-    assert cmp.exact and cmp.table_rows == 100, cmp.describe()
-    verified(table, 1)
+    assert_loaded(table, landing, rows=100, batches=1)
 
 
 # -- attacks -----------------------------------------------------------------------------------
@@ -462,9 +453,7 @@ def test_the_marker_and_the_manifest_are_in_the_same_commit(spark: Any, landing:
     other = os.path.join(os.path.dirname(table), "other")
     spark.range(1).write.format("delta").mode("overwrite").save(other)
     assert commits(other)[0]["txn"] == [] and "userMetadata" not in commits(other)[0]["commitInfo"]
-    cmp = check(table, landing)
-    assert cmp.exact and cmp.table_rows == 40, cmp.describe()
-    verified(table, 2)
+    assert_loaded(table, landing, rows=40, batches=2)
 
 
 def _gated(passes: str) -> Any:
@@ -596,9 +585,7 @@ def test_the_operator_under_dag_test_retries_a_commit_it_never_asked_about(
     second = xcom_value(run2.run_id, "load_orders")
     assert (second["outcome"], second["rows"], second["table_version"]) == ("committed", 50, 1)
     assert Manifest.from_user_metadata(commits(table)[1]["commitInfo"]["userMetadata"]).engine == ENGINE
-    cmp = check(table, landing)
-    assert cmp.exact and cmp.table_rows == 150, cmp.describe()
-    verified(table, 2)
+    assert_loaded(table, landing, rows=150, batches=2)
 
 
 @pytest.mark.airflow
@@ -622,9 +609,7 @@ def test_a_restatement_asked_by_dag_run_conf_is_refused_at_once(
     assert task_tries(run.run_id, "load_orders") == ["failed"], "no retry can fix it"
     assert sorted(os.listdir(os.path.join(table, "_eod"))) == plans_before
     assert DeltaTable(table).version() == 0
-    cmp = check(table, landing)
-    assert cmp.exact and cmp.table_rows == 40, cmp.describe()
-    verified(table, 1)
+    assert_loaded(table, landing, rows=40, batches=1)
 
 
 @pytest.mark.faults
