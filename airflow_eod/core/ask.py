@@ -16,9 +16,15 @@ import stat
 from dataclasses import dataclass
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.commit_record import CommitRecord, newest_record, record_at, repair_record
+from airflow_eod.core.commit_record import (
+    CommitRecord,
+    foreign_marker,
+    newest_record,
+    record_at,
+    repair_record,
+)
 from airflow_eod.core.delta_log import TableLog, read_log
-from airflow_eod.core.errors import UnsafePathError, UnsupportedTableError
+from airflow_eod.core.errors import ForeignMarkerError, UnsafePathError, UnsupportedTableError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
 from airflow_eod.core.table_layout import DATA_DIR, META_DIR, local_path, under
@@ -119,6 +125,17 @@ def _ask(table: TableLog, batch: BatchKey, generation: int) -> BatchStatus:
         record = record_at(plan_log, table, batch, committed) or repair_record(
             plan_log, table, batch, committed
         )
+        if record is None and (found := foreign_marker(table, batch, committed)) is not None:
+            version, operation = found
+            raise ForeignMarkerError(
+                batch.label,
+                f"the table's marker of this batch (txn appId {batch.app_id}, version {committed}) "
+                f"was set by commit {version} ({operation}), which carries no airflow-eod manifest "
+                "of the batch: another writer used this pipeline's app id in its own write. The "
+                "batch's rows are not in the table and nothing was loaded; no load under this app "
+                "id can add them while that marker stands (see docs/runbook.md, 'a marker another "
+                "writer set')",
+            )
     elif marker is None and record is not None:
         # No marker (expired): a newer generation may have committed and died before its
         # record. Only then is the log searched, and only while that commit is still in it.

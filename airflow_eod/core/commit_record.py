@@ -213,6 +213,23 @@ def _landed(table: TableLog, batch: BatchKey, generation: int, version: int) -> 
     return None
 
 
+def foreign_marker(table: TableLog, batch: BatchKey, generation: int) -> tuple[int, str] | None:
+    """(version, operation) of the commit in the log that set ``batch``'s marker at
+    ``generation`` without a manifest of the batch (another writer's idempotent write with the
+    pipeline's app id); ``None`` when the commit is the batch's, or has left the log (then
+    nothing tells, and the marker is taken as the table's word)."""
+    version = table.marker_commit(batch.app_id)
+    if version is None or not os.path.exists(commit_path(table.path, version)):
+        return None
+    if _landed(table, batch, generation, version) is not None:
+        return None
+    actions = read_commit_actions(table.path, version, {"txn", "commitInfo"}) or []
+    if not any(a["txn"].get("appId") == batch.app_id for a in actions if "txn" in a):
+        return None  # not the commit that set it after all (the log changed under us)
+    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    return version, str(info.get("operation") or "no commitInfo")
+
+
 def find_commit(table: TableLog, batch: BatchKey, generation: int) -> tuple[int, Manifest] | None:
     """The (version, manifest) of the commit that landed ``batch`` at ``generation``; ``None``
     once that commit has aged out of the log.

@@ -119,6 +119,13 @@ class OverlappingIntervalError(BatchRefusedError):
     loading it would load the rows of the overlap twice."""
 
 
+class ForeignMarkerError(BatchRefusedError):
+    """The table's ``txn`` marker of a batch was set by a commit that carries no airflow-eod
+    manifest of that batch: another writer used the pipeline's app id (``eod:...``) in its
+    own idempotent write. The batch's rows are not in the table, and no load under that app
+    id can add them while the marker stands."""
+
+
 class NullKeyError(BatchRefusedError):
     """Rows of a JDBC source have a NULL key, which no batch ever loads, and the source
     says ``null_keys="fail"``."""

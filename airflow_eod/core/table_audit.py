@@ -64,6 +64,10 @@ SAYS: dict[str, tuple[str, str]] = {
     "corrupt_plan_log_entry": (ERROR, "{error}"),
     "overlapping_intervals": (ERROR, "its JDBC key range {interval} overlaps {other} of batch {other_key} "
         "of the same pipeline, also committed: the source rows in {overlap} were loaded by both"),
+    "marker_set_by_another_writer": (ERROR, "its marker (generation {gen}) was set by commit {version} "
+        "({op}), which carries no airflow-eod manifest of the batch: another writer used the "
+        "pipeline's app id in its own write, so the batch counts as committed but its rows were "
+        "never loaded (see docs/runbook.md, 'a marker another writer set')"),
     "record_missing": (WARNING, "the table's marker says generation {gen} is committed, but there is "
         "no commit record of it (its committer died after the commit); `airflow-eod ask` on the "
         "batch writes it"),
@@ -259,7 +263,11 @@ class _Audit:
             else:  # no record, and its commit left the log: its directory is all there is to go on
                 prefix = f"{DATA_DIR}/{b.key.pipeline_id}/{b.key.key}/g{b.generation}-"
                 b.files = sorted(p for p in self.live if p.startswith(prefix))
-            if not self._marker_expiring(b) and record is None:
+            foreign = self.log.foreign.get((b.key.app_id, b.generation))
+            if record is None and foreign is not None and foreign > self.log.checkpoint:
+                op = self.log.operations.get(foreign, "no commitInfo")
+                self.add("marker_set_by_another_writer", b.key, gen=b.generation, version=foreign, op=op)
+            elif not self._marker_expiring(b) and record is None:
                 self.add("record_missing", b.key, gen=b.generation)
 
     def _check_record(self, b: _Batch, gen: int) -> None:
@@ -352,6 +360,10 @@ class _Audit:
             live_rows = None if None in known else sum(r or 0 for r in known)
             key, gen = b.key, b.generation
             out.append(BatchSummary(key.pipeline_id, key.key, gen, b.version, b.rows, live_rows, len(live)))
+            # Rows an UPDATE or MERGE hid in a live file (deletion vectors) and kept in new files.
+            moved = self._kept_in_place(live)
+            if live_rows is not None:
+                live_rows += sum(rows for _, rows in moved.values())
             gone = [f for f in b.files if f not in self.live]
             # A file an OPTIMIZE rewrote (dataChange=false) moved its rows; any other removal lost them.
             # dataChange=false promises the rows moved: only a commit that added files can
@@ -393,11 +405,12 @@ class _Audit:
                 count = f"{sum(r or 0 for r in rows)}{'+' if None in rows else ''}"
                 say.update(n=len(lost), file=lost[0], by=by, rows=count, recorded=b.rows)
                 self.add("batch_file_not_live", key, lost, **say)
-            if rewritten:
-                v = self.log.removes[rewritten[0]][0]
+            if rewritten or moved:
+                first = rewritten[0] if rewritten else min(moved)
+                v = self.log.removes[first][0] if rewritten else moved[first][0]
                 said = {"gen": gen, "files": len(b.files)}
-                op = self.log.operations.get(v, "")
-                self.add("batch_file_rewritten", key, rewritten, n=len(rewritten), op=op, version=v, **said)
+                op, paths = self.log.operations.get(v, ""), rewritten + sorted(moved)
+                self.add("batch_file_rewritten", key, paths, n=len(paths), op=op, version=v, **said)
             if compacted:
                 say.update(n=len(compacted), version=self.log.removes[compacted[0]][0])
                 self.add("batch_file_compacted", key, compacted, **say)
@@ -543,10 +556,27 @@ class _Audit:
         deleted = metrics.get("numTargetRowsDeleted", metrics.get("num_target_rows_deleted"))
         if op == "MERGE" and str(deleted) != "0":
             return False  # deleted rows, or no count of them
-        rows_in, rows_out = self._rows_of(removed), self._rows_of(added)
+        # On a table with deletion vectors the files it read stay, with the rows it changed
+        # hidden: those rows are its input, and the files it added back are not its output.
+        in_place = self.log.hidden.get(version, {})
+        rows_in = self._rows_of([f for f in removed if f not in in_place])
+        rows_out = self._rows_of([f for f in added if f not in in_place])
         if rows_in is None or rows_out is None:
             return False
+        rows_in += sum(in_place.values())
         return rows_out == rows_in if op == "UPDATE" else rows_out >= rows_in
+
+    def _kept_in_place(self, files: list[str]) -> dict[str, tuple[int, int]]:
+        """Of the live ``files``, those in which another writer's UPDATE or MERGE (one that
+        kept every row it read, see ``_kept_rows``) hid rows with a deletion vector -> (the
+        newest such commit, the rows they hid). A DELETE's hidden rows are not among them: the
+        batch's live count stays short of its record, and that is reported."""
+        out: dict[str, tuple[int, int]] = {}
+        for v, in_place in sorted(self.log.hidden.items()):
+            for f, rows in in_place.items():
+                if f in files and rows > 0 and self._kept_rows(v):
+                    out[f] = (v, out.get(f, (v, 0))[1] + rows)
+        return out
 
     def _unseen_capacity(self, ours: set[int], folded: list[str]) -> dict[str, int]:
         """Other writers' files -> how many of their rows may be batch rows that a commit no

@@ -230,6 +230,11 @@ class LogFacts:
     :param metrics: version -> the commit's ``commitInfo.operationMetrics`` (Delta Spark's
         counts of the rows it updated, deleted, inserted...), empty when it has none.
     :param extras: (appId, version) -> the ``extra`` of the manifest of the commit that set it.
+    :param hidden: version -> the files it removed and added back in place with a new deletion
+        vector (a DELETE, UPDATE or MERGE on a table with deletion vectors) -> how many more rows
+        that vector hides than the one it replaced.
+    :param foreign: the (appId, version) markers of airflow-eod batches that a commit set
+        without a manifest of that batch: another writer's idempotent write with its app id.
     """
 
     checkpoint: int = -1
@@ -242,6 +247,14 @@ class LogFacts:
     changes: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
     metrics: dict[int, dict[str, Any]] = field(default_factory=dict)
     extras: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    hidden: dict[int, dict[str, int]] = field(default_factory=dict)
+    foreign: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def _dv_rows(action: dict[str, Any]) -> int:
+    """The rows the deletion vector of an ``add`` or ``remove`` hides (0: none)."""
+    dv = action.get("deletionVector")
+    return int(dv.get("cardinality") or 0) if isinstance(dv, dict) else 0
 
 
 def _parts(name: str) -> int:
@@ -303,15 +316,19 @@ def _commit_facts(v: int, actions: list[dict[str, Any]], out: LogFacts) -> None:
     removes: list[str] = []
     txns: set[tuple[str, int]] = set()
     manifest = None
+    dv_added: dict[str, int] = {}
+    dv_removed: dict[str, int] = {}
     for a in actions:
         if "add" in a:
             # Paths in the log are URIs: decoded, they are the file names on disk.
             adds.append(unquote(a["add"]["path"]))
             rows = bounded_json.loads(a["add"].get("stats") or "{}").get("numRecords")
             out.adds[adds[-1]] = (v, bool(a["add"].get("dataChange", True)), rows)
+            dv_added[adds[-1]] = _dv_rows(a["add"])
         elif "remove" in a:
             removes.append(unquote(a["remove"]["path"]))
             out.removes[removes[-1]] = (v, bool(a["remove"].get("dataChange", True)))
+            dv_removed[removes[-1]] = _dv_rows(a["remove"])
         elif "txn" in a:
             txn = a["txn"]
             txns.add((txn["appId"], int(txn["version"])))
@@ -325,10 +342,19 @@ def _commit_facts(v: int, actions: list[dict[str, Any]], out: LogFacts) -> None:
             metrics = a["commitInfo"].get("operationMetrics")
             out.metrics[v] = dict(metrics) if isinstance(metrics, dict) else {}
     out.commits[v], out.changes[v] = txns, (adds, removes)
+    # A file removed and added back by one commit is the same file with a new deletion vector.
+    in_place = {f: dv_added[f] - dv_removed[f] for f in dv_added if f in dv_removed}
+    if in_place:
+        out.hidden[v] = in_place
     for txn_key in txns:
         out.landed[txn_key] = (v, manifest.rows if manifest else None, sorted(adds))
         if manifest is not None:
             out.extras[txn_key] = dict(manifest.extra)
+        batch = BatchKey.from_app_id(txn_key[0])
+        if batch is not None and (manifest is None or manifest.batch_key != batch.key):
+            out.foreign[txn_key] = v
+        else:
+            out.foreign.pop(txn_key, None)
 
 
 @dataclass
