@@ -268,6 +268,36 @@ def test_update_merge_and_delete_by_delta_spark_rewrite_batch_files(
     assert "1 rows fewer" in next(f.message for f in report.errors if f.kind == "row_total_mismatch")
 
 
+@pytest.mark.parametrize("deleted", ["their_row", "a_batch_row"])
+def test_a_delete_in_files_optimize_mixed_is_a_warning_that_says_whose_rows_are_unknown(
+    spark: Any, landing: str, table: str, tmp_path: Any, deleted: str
+) -> None:
+    """Delta Spark OPTIMIZE puts batch rows and its own rows in one file, then DELETEs one
+    row of that file. Deleting one of its own rows lost nothing of airflow-eod's: verify
+    must raise no error (it did: row_total_mismatch, a false alarm). Deleting a batch row
+    looks the same in the log; verify reports the same warning, which says whose rows went
+    cannot be told, and the row-by-row check with the source is what finds it."""
+    theirs = str(tmp_path / "theirs")
+    plans = [_load(spark, landing, table, 1)]
+    _spark_append(spark, table, theirs, 900_000)
+    plans.append(_load(spark, landing, table, 2))
+    _sql(spark, "OPTIMIZE {t}", table)
+    gone = 900_001 if deleted == "their_row" else 2003
+    _sql(spark, f"DELETE FROM {{t}} WHERE order_id = {gone}", table)
+    _loads_go_on(spark, landing, table, plans, 3)
+    want = read_landing_rows(landing, "csv", ORDERS_COLUMNS, ORDERS_ARROW_SCHEMA)
+    want += read_landing_rows(theirs, "csv", ORDERS_COLUMNS, ORDERS_ARROW_SCHEMA)
+    cmp = compare_rows([r for r in want if r[0] != gone], read_delta_rows(table, ORDERS_COLUMNS))
+    assert cmp.exact, cmp.describe()
+    kinds = {"compacted_file", "batch_file_compacted", "foreign_file", "rows_deleted_unattributed"}
+    report = _verify(table, warnings=kinds)
+    (found,) = [f for f in report.findings if f.kind == "rows_deleted_unattributed"]
+    assert "1 fewer" in found.message and "commit(s)" in found.message, found.message
+    # A DELETE of a row in a file that holds only batch rows is still told apart: an error.
+    _sql(spark, "DELETE FROM {t} WHERE order_id = 3001", table)  # a batch 3 row, in its own file
+    assert {f.kind for f in audit_table(table).errors} >= {"batch_file_not_live"}
+
+
 def _log_files(table: str) -> list[str]:
     return sorted(os.listdir(os.path.join(table, "_delta_log")))
 

@@ -32,6 +32,7 @@ ENDS_AT_ONCE = {
     "BatchRefusedError",
     "OverlappingIntervalError",
     "NullKeyError",
+    "ForeignMarkerError",
 }
 
 

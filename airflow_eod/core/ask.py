@@ -125,8 +125,8 @@ def _ask(table: TableLog, batch: BatchKey, generation: int) -> BatchStatus:
         record = record_at(plan_log, table, batch, committed) or repair_record(
             plan_log, table, batch, committed
         )
-        if record is None and (found := foreign_marker(table, batch, committed)) is not None:
-            version, operation = found
+        if record is None and (theirs := foreign_marker(table, batch, committed)) is not None:
+            version, operation = theirs
             raise ForeignMarkerError(
                 batch.label,
                 f"the table's marker of this batch (txn appId {batch.app_id}, version {committed}) "

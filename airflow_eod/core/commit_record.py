@@ -226,7 +226,7 @@ def foreign_marker(table: TableLog, batch: BatchKey, generation: int) -> tuple[i
     actions = read_commit_actions(table.path, version, {"txn", "commitInfo"}) or []
     if not any(a["txn"].get("appId") == batch.app_id for a in actions if "txn" in a):
         return None  # not the commit that set it after all (the log changed under us)
-    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
     return version, str(info.get("operation") or "no commitInfo")
 
 

@@ -68,6 +68,12 @@ SAYS: dict[str, tuple[str, str]] = {
         "({op}), which carries no airflow-eod manifest of the batch: another writer used the "
         "pipeline's app id in its own write, so the batch counts as committed but its rows were "
         "never loaded (see docs/runbook.md, 'a marker another writer set')"),
+    "rows_deleted_unattributed": (WARNING, "the table holds {total} live rows, {diff} fewer than its "
+        "{batches} committed batches recorded ({recorded}) plus other writers' rows ({others}); "
+        "other writers' DELETE or MERGE (commit(s) {versions}) deleted at least as many rows from "
+        "files in which an OPTIMIZE or MERGE had mixed batch rows with theirs, and whose rows those "
+        "were the log cannot tell: compare the table with the source to know whether batch rows "
+        "went"),
     "record_missing": (WARNING, "the table's marker says generation {gen} is committed, but there is "
         "no commit record of it (its committer died after the commit); `airflow-eod ask` on the "
         "batch writes it"),
@@ -470,13 +476,24 @@ class _Audit:
         # MERGE, or a rewrite of such a rewrite) holds their rows in its output, in place of
         # its inputs: only the other writers' rows it folded in count as theirs.
         inserted = 0
+        # Rows another writer deleted from files that held batch rows and its own rows mixed
+        # (an OPTIMIZE or MERGE put them together): whose rows they were, the log cannot tell.
+        mixed_deletes: dict[int, int] = {}
+        mixed: set[str] = set()  # files holding batch rows and another writer's rows
         for v, (added, removed) in sorted(self.log.changes.items()):
             if v not in ours and carrier & set(removed):
                 carrier.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
-                inserted += self._merge_inserts(v, added, removed)
+                inserts = self._merge_inserts(v, added, removed)
+                inserted += inserts
+                folds = False
                 for f in removed:
                     if f not in carrier and not f.startswith(f"{DATA_DIR}/"):
                         folded[f] = file_rows(self.path, f, self.log.adds.get(f, (0, True, None))[2])
+                        folds = True
+                if folds or inserts or mixed & set(removed):
+                    if (folds or mixed & set(removed)) and (gone := self._rows_deleted(v)):
+                        mixed_deletes[v] = gone
+                    mixed.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
         others = [self.rows[f] for f in theirs if f not in carrier]
         unknown = [b for b in committed if b.rows is None]
         # A batch without a recorded count whose files are all live is left out of the count
@@ -509,8 +526,31 @@ class _Audit:
             held = sum(cap.get(f, 0) for f in theirs if f not in carrier) + sum(cap.get(f, 0) for f in folded)
             other -= min(unseen, held)
         say: dict[str, Any] = dict(total=total, batches=len(committed), recorded=recorded, others=other)
-        if diff := total - recorded - other:
+        diff = total - recorded - other
+        if diff < 0 and -diff <= sum(mixed_deletes.values()):
+            versions = ", ".join(str(v) for v in mixed_deletes)
+            self.add("rows_deleted_unattributed", None, diff=-diff, versions=versions, **say)
+        elif diff:
             self.add("row_total_mismatch", None, diff=abs(diff), more=("fewer", "more")[diff > 0], **say)
+
+    def _rows_deleted(self, version: int) -> int:
+        """The rows another writer's DELETE or MERGE (commit ``version``) deleted: its
+        ``operationMetrics``' count, else its input less its output (0 when not known)."""
+        op = self.log.operations.get(version)
+        if op not in ("DELETE", "MERGE"):
+            return 0
+        metrics = self.log.metrics.get(version, {})
+        names = ("numDeletedRows", "num_deleted_rows", "numTargetRowsDeleted", "num_target_rows_deleted")
+        said = next((str(metrics[n]) for n in names if n in metrics), "")
+        if said.isdigit():
+            return int(said)
+        added, removed = self.log.changes.get(version, ([], []))
+        in_place = self.log.hidden.get(version, {})
+        rows_in = self._rows_of([f for f in removed if f not in in_place])
+        rows_out = self._rows_of([f for f in added if f not in in_place])
+        if rows_in is None or rows_out is None:
+            return 0
+        return max(0, rows_in + sum(in_place.values()) - rows_out)
 
     def _rows_of(self, files: list[str]) -> int | None:
         """The rows ``files`` hold (live: their statistics; gone: their add in the log, or the
