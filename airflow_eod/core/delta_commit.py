@@ -66,8 +66,10 @@ def _add(a: AddAction) -> dict[str, Any]:
 
 
 def _remove(r: RemoveAction, now: int) -> dict[str, Any]:
+    """A ``remove`` of the file whose ``add`` spells its path ``r.path`` (verbatim: see
+    :func:`airflow_eod.core.replaced_files.batch_files`)."""
     body: dict[str, Any] = {
-        "path": uri_path(r.path),
+        "path": r.path,
         "deletionTimestamp": r.deletion_timestamp or now,
         "dataChange": True,
         "extendedFileMetadata": True,

@@ -34,13 +34,18 @@ def _partition_string(value: object) -> str | None:
 
 
 def live_files(table: DeltaTable) -> list[dict[str, Any]]:
-    """The snapshot's add actions, with ``path`` decoded to the file's path on disk."""
+    """The snapshot's add actions, with ``path`` decoded to the file's path on disk and
+    ``log_path`` the path exactly as the log's ``add`` spells it."""
     adds = pa.table(table.get_add_actions(flatten=False)).to_pylist()
     for a in adds:
-        # delta-rs hands back the log's percent-encoded path, and encodes whatever it is
-        # given: a remove built from the raw value would name another file and remove nothing.
+        a["log_path"] = a["path"]
         a["path"] = unquote(a["path"])
     return adds
+
+
+def decoded(remove: RemoveAction) -> str:
+    """The path on disk of the file ``remove`` removes (its ``path`` is the log's spelling)."""
+    return unquote(remove.path)
 
 
 def batch_files(table: DeltaTable, batch: BatchKey, extra: Sequence[str] = ()) -> list[RemoveAction]:
@@ -55,7 +60,10 @@ def batch_files(table: DeltaTable, batch: BatchKey, extra: Sequence[str] = ()) -
         if not a["path"].startswith(prefix) and a["path"] not in wanted:
             continue
         parts = {k: _partition_string(v) for k, v in (a.get("partition_values") or {}).items()}
-        removes.append(RemoveAction(a["path"], True, now, a["size_bytes"], parts or None))
+        # The log's own spelling of the path: delta-rs matches a remove to its add by the
+        # string, and writers spell the same file differently (Delta Spark leaves "part=é"
+        # as it is, a percent-encoded "part=%C3%A9" would remove nothing for delta-rs).
+        removes.append(RemoveAction(a["log_path"], True, now, a["size_bytes"], parts or None))
     return removes
 
 
@@ -102,7 +110,7 @@ def replaced_files(table: TableLog, batch: BatchKey, status: BatchStatus, label:
             "so they cannot be swapped out; it cannot be restated without risking duplicate rows",
         )
     removes = batch_files(snapshot, batch, status.record.files)
-    live = {r.path for r in removes}
+    live = {decoded(r) for r in removes}
     gone = [f for f in status.record.files if f not in live]
     if gone:
         raise BatchRefusedError(
@@ -129,7 +137,7 @@ def _without_deletion_vectors(
     rows of the batch in place (DELETE, UPDATE, MERGE), as if it had rewritten the file, and
     a ``remove`` must name that deletion vector to remove the file for Delta Spark."""
     hidden = deleted_rows(table.path, snapshot)
-    marked = [r.path for r in removes if r.path in hidden]
+    marked = [decoded(r) for r in removes if decoded(r) in hidden]
     if marked:
         raise BatchRefusedError(
             label,
