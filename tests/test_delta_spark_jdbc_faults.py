@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -53,6 +53,23 @@ DAY = datetime(2026, 11, 1, tzinfo=UTC)
 # nothing (no after_stage) and leaves no attempt directory (no in_cleanup).
 POINTS = ["after_plan", "before_write", "before_commit", "before_record", "after_commit"]
 COMMITTED_BY_THE_CRASH = {"before_record", "after_commit"}
+
+
+# Delta Spark rebuilds a table's snapshot in spark.databricks.delta.snapshotPartitions tasks
+# (50 unless set) before every write to an existing table: with 2 cores that is most of a
+# test's time. The count changes only how the state is split, not what it holds.
+SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _few_snapshot_partitions(spark: Any) -> Iterator[None]:
+    before = spark.conf.get(SNAPSHOT_PARTITIONS, None)
+    spark.conf.set(SNAPSHOT_PARTITIONS, "2")
+    yield
+    if before is None:
+        spark.conf.unset(SNAPSHOT_PARTITIONS)
+    else:
+        spark.conf.set(SNAPSHOT_PARTITIONS, before)
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -252,7 +269,7 @@ def _child_env(pg: Any) -> dict[str, str]:
     environment (never in the spec)."""
     jars = [*os.environ[DELTA_SPARK_JARS_ENV].split(","), POSTGRES_JDBC_JAR]
     return {
-        "PYSPARK_SUBMIT_ARGS": f"--jars {','.join(jars)} pyspark-shell",
+        "PYSPARK_SUBMIT_ARGS": f"--jars {','.join(jars)} --conf {SNAPSHOT_PARTITIONS}=2 pyspark-shell",
         CREDENTIALS_USER_ENV: pg.user,
         CREDENTIALS_PASSWORD_ENV: pg.password,
     }
