@@ -23,6 +23,7 @@ from airflow_eod.core.errors import (
     BatchError,
     ConfigurationError,
     EodError,
+    InputChangedError,
     MalformedInputError,
     UnsafePathError,
 )
@@ -54,6 +55,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Transform = Callable[["DataFrame"], "DataFrame"]
+
+
+# What an InputChangedError of the delta-spark engine adds to the source's way out.
+DELTA_SPARK_REFREEZE = (
+    "But engine='delta-spark' cannot re-freeze a batch (it refuses restate, in the DAG and in "
+    "dag_run.conf alike): run that re-freeze with engine='delta-rs' set on the task (a DAG "
+    "change; a pipeline may switch engines between runs, docs/guarantee.md), then set "
+    "engine='delta-spark' back for the runs after it"
+)
 
 
 def settle_committed(table_uri: str, status: BatchStatus, try_number: int | None = None) -> None:
@@ -251,6 +261,10 @@ def run_load(
                 spec.table_uri, ask(spec.table_uri, batch, spec.generation), try_number=spec.try_number
             )
             return decided
+        if isinstance(exc, InputChangedError) and spec.engine == "delta-spark":
+            # The re-freeze the source's message names is a restatement, which this engine
+            # refuses: name the way out that works instead of one that is refused next.
+            raise InputChangedError(batch.label, f"{exc.cause}. {DELTA_SPARK_REFREEZE}") from exc
         if isinstance(exc, EodError):
             raise
         text = str(exc).strip()
