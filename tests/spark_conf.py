@@ -15,7 +15,10 @@ def delta_spark_conf() -> dict[str, str]:
     """The jars EOD_DELTA_SPARK_JARS names, with Delta's SQL extension and catalog; empty
     where the variable is unset (tests/conftest.py finds the cached jars and sets it)."""
     jars = os.environ.get(DELTA_SPARK_JARS_ENV, "")
-    return {"spark.jars": jars, **DELTA_SPARK_CONF} if jars else {}
+    # Delta Spark rebuilds a table's snapshot in 50 tasks by default: on 2 cores and small
+    # tables, each write to an existing table then spends 20 to 40 s in task overhead.
+    small = {"spark.databricks.delta.snapshotPartitions": "2"}
+    return {"spark.jars": jars, **DELTA_SPARK_CONF, **small} if jars else {}
 
 
 def session_conf(postgres_jar: str = POSTGRES_JDBC_JAR) -> dict[str, str]:

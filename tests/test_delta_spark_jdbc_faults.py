@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -55,21 +55,9 @@ POINTS = ["after_plan", "before_write", "before_commit", "before_record", "after
 COMMITTED_BY_THE_CRASH = {"before_record", "after_commit"}
 
 
-# Delta Spark rebuilds a table's snapshot in spark.databricks.delta.snapshotPartitions tasks
-# (50 unless set) before every write to an existing table: with 2 cores that is most of a
-# test's time. The count changes only how the state is split, not what it holds.
+# The children's sessions rebuild Delta snapshots in as few tasks as the tests' own session
+# does (tests/spark_conf.py says why).
 SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _few_snapshot_partitions(spark: Any) -> Iterator[None]:
-    before = spark.conf.get(SNAPSHOT_PARTITIONS, None)
-    spark.conf.set(SNAPSHOT_PARTITIONS, "2")
-    yield
-    if before is None:
-        spark.conf.unset(SNAPSHOT_PARTITIONS)
-    else:
-        spark.conf.set(SNAPSHOT_PARTITIONS, before)
 
 
 # -- helpers -----------------------------------------------------------------------------------
