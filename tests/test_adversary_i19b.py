@@ -2,8 +2,8 @@
 foreign-marker refusal and the unattributed deletes in mixed files, attacked with real Delta
 Spark (and delta-rs) writes as the other writer.
 
-Each test asserts the correct behaviour. A test marked ``xfail(strict=True)`` reproduces a
-defect on the current code (its docstring says what was seen); the others are attacks that held.
+Each test asserts the correct behaviour. Eight reproduced defects (their docstrings say what
+was seen), all fixed since; the others are attacks that held.
 """
 
 from __future__ import annotations
@@ -81,7 +81,6 @@ def _dv_in_place(actions: list[dict[str, Any]]) -> set[str]:
 
 
 # == A. Deletion vectors ===================================================================
-@pytest.mark.xfail(strict=True, reason="defect: false row_total_mismatch")
 def test_dv_update_of_a_batch_row_and_another_writers_row_is_no_false_alarm(
     spark: Any, landing: str, table: str, tmp_path: Any
 ) -> None:
@@ -106,7 +105,6 @@ def test_dv_update_of_a_batch_row_and_another_writers_row_is_no_false_alarm(
     assert plan.key.key in {f.batch_key for f in report.warnings if f.kind == "batch_file_rewritten"}
 
 
-@pytest.mark.xfail(strict=True, reason="defect: missed loss of 5 batch rows")
 def test_dv_loss_is_not_hidden_by_an_update_spanning_another_writers_file(
     spark: Any, landing: str, table: str, tmp_path: Any
 ) -> None:
@@ -133,7 +131,6 @@ def test_dv_loss_is_not_hidden_by_an_update_spanning_another_writers_file(
     assert not report.ok, _findings(report)
 
 
-@pytest.mark.xfail(strict=True, reason="defect: false batch_file_not_live")
 def test_two_dv_updates_that_end_up_rewriting_the_whole_file_are_no_false_alarm(
     spark: Any, landing: str, table: str
 ) -> None:
@@ -159,7 +156,6 @@ def test_two_dv_updates_that_end_up_rewriting_the_whole_file_are_no_false_alarm(
 
 
 # == B. Foreign markers ====================================================================
-@pytest.mark.xfail(strict=True, reason="defect: foreign marker in a checkpoint is taken as committed")
 def test_a_foreign_marker_below_a_checkpoint_is_still_refused(
     spark: Any, landing: str, table: str, tmp_path: Any
 ) -> None:
@@ -194,7 +190,6 @@ def test_a_foreign_marker_below_a_checkpoint_is_still_refused(
     assert plan.key.key in {f.batch_key for f in report.errors}, _findings(report)
 
 
-@pytest.mark.xfail(strict=True, reason="defect: ForeignMarkerError says the loaded rows are not in the table")
 def test_a_foreign_marker_above_the_committed_generation(
     spark: Any, landing: str, table: str, tmp_path: Any
 ) -> None:
@@ -253,7 +248,6 @@ def test_our_delta_spark_commit_with_commit_info_disabled_is_not_called_foreign(
 
 
 @pytest.mark.faults
-@pytest.mark.xfail(strict=True, reason="defect: false ForeignMarkerError on our own committed batch")
 def test_a_marker_reset_by_another_writer_after_our_crash_before_the_record(
     spark: Any, landing: str, table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -295,7 +289,6 @@ def test_a_marker_reset_by_another_writer_after_our_crash_before_the_record(
 
 
 # == C. Deletes in rewritten / mixed files =================================================
-@pytest.mark.xfail(strict=True, reason="defect: missed loss (MERGE delete+insert after OPTIMIZE)")
 def test_merge_deleting_a_batch_row_and_inserting_one_after_optimize(
     spark: Any, landing: str, table: str
 ) -> None:
@@ -338,7 +331,6 @@ def test_delete_in_a_mixed_file_and_an_unmixed_batch_file(
     assert p1.key.key not in {f.batch_key for f in report.errors}, _findings(report)
 
 
-@pytest.mark.xfail(strict=True, reason="defect: loss downgraded to rows_deleted_unattributed")
 def test_delete_of_a_batch_row_in_a_compacted_file_beside_another_writers_file(
     spark: Any, landing: str, table: str, tmp_path: Any
 ) -> None:

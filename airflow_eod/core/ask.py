@@ -11,6 +11,7 @@ costs the same for a table's 10,000th batch as for its 10th.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from airflow_eod.core.table_layout import DATA_DIR, META_DIR, local_path, under
 # What airflow-eod itself may have put in a table directory before the first commit.
 _OWN_ENTRIES = {META_DIR, DATA_DIR}
 
+
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BatchStatus:
@@ -116,7 +119,7 @@ def ask_table(table: TableLog | None, batch: BatchKey, generation: int = 0) -> B
 def _ask(table: TableLog, batch: BatchKey, generation: int) -> BatchStatus:
     plan_log = PlanLog(table.table_uri, batch.pipeline_id)
     marker = table.transaction_version(batch.app_id)
-    record = newest_record(plan_log, table, batch)
+    newest = record = newest_record(plan_log, table, batch)
     committed = marker
     if record is not None and (marker is None or record.generation > marker):
         committed = record.generation
@@ -125,7 +128,20 @@ def _ask(table: TableLog, batch: BatchKey, generation: int) -> BatchStatus:
         record = record_at(plan_log, table, batch, committed) or repair_record(
             plan_log, table, batch, committed
         )
-        if record is None and (theirs := foreign_marker(table, batch, committed)) is not None:
+        theirs = foreign_marker(table, batch, committed) if record is None else None
+        if theirs is not None and newest is not None:
+            # Another writer set a marker above the batch's own newest generation, which
+            # its record still answers for.
+            log.warning(
+                "batch %s: its marker (generation %d) was set by commit %d (%s), another writer's "
+                "write with this pipeline's app id; the batch's own newest generation is %d",
+                batch,
+                committed,
+                *theirs,
+                newest.generation,
+            )
+            record, committed = newest, newest.generation
+        elif theirs is not None:
             version, operation = theirs
             raise ForeignMarkerError(
                 batch.label,

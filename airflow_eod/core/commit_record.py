@@ -214,20 +214,28 @@ def _landed(table: TableLog, batch: BatchKey, generation: int, version: int) -> 
 
 
 def foreign_marker(table: TableLog, batch: BatchKey, generation: int) -> tuple[int, str] | None:
-    """(version, operation) of the commit in the log that set ``batch``'s marker at
+    """(version, operation) of the newest commit in the log that set ``batch``'s marker at
     ``generation`` without a manifest of the batch (another writer's idempotent write with the
-    pipeline's app id); ``None`` when the commit is the batch's, or has left the log (then
-    nothing tells, and the marker is taken as the table's word)."""
-    version = table.marker_commit(batch.app_id)
-    if version is None or not os.path.exists(commit_path(table.path, version)):
-        return None
-    if _landed(table, batch, generation, version) is not None:
-        return None
-    actions = read_commit_actions(table.path, version, {"txn", "commitInfo"}) or []
-    if not any(a["txn"].get("appId") == batch.app_id for a in actions if "txn" in a):
-        return None  # not the commit that set it after all (the log changed under us)
-    info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-    return version, str(info.get("operation") or "no commitInfo")
+    pipeline's app id). Asked only when no commit of the batch's own that sets it is found;
+    ``None`` when no commit that set it is left in the log (then nothing tells, and the
+    marker is taken as the table's word).
+
+    The whole log is searched, newest first: a marker in a checkpoint has no commit named."""
+    for version in range(table.version(), -1, -1):
+        if not os.path.exists(commit_path(table.path, version)):
+            break  # older commits have aged out too
+        actions = read_commit_actions(table.path, version, {"txn", "commitInfo"}) or []
+        if not any(
+            a["txn"].get("appId") == batch.app_id and a["txn"].get("version") == generation
+            for a in actions
+            if "txn" in a
+        ):
+            continue
+        if _landed(table, batch, generation, version) is not None:
+            return None  # the batch's own commit
+        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        return version, str(info.get("operation") or "no commitInfo")
+    return None
 
 
 def find_commit(table: TableLog, batch: BatchKey, generation: int) -> tuple[int, Manifest] | None:
@@ -238,7 +246,10 @@ def find_commit(table: TableLog, batch: BatchKey, generation: int) -> tuple[int,
     newest checkpoint names its commit; otherwise the log is searched newest first.
     """
     known = table.marker_commit(batch.app_id)
-    candidates = [known] if known is not None else range(table.version(), -1, -1)
+    # The commit that set the marker last may be another writer's with the same app id
+    # (delta-rs sets a marker again where Delta Spark skips): then the log is searched too.
+    candidates = [known] if known is not None else []
+    candidates += [v for v in range(table.version(), -1, -1) if v != known]
     for version in candidates:
         if not os.path.exists(commit_path(table.path, version)):
             break  # older commits have aged out too

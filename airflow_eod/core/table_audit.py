@@ -66,8 +66,8 @@ SAYS: dict[str, tuple[str, str]] = {
         "of the same pipeline, also committed: the source rows in {overlap} were loaded by both"),
     "marker_set_by_another_writer": (ERROR, "its marker (generation {gen}) was set by commit {version} "
         "({op}), which carries no airflow-eod manifest of the batch: another writer used the "
-        "pipeline's app id in its own write, so the batch counts as committed but its rows were "
-        "never loaded (see docs/runbook.md, 'a marker another writer set')"),
+        "pipeline's app id in its own write, and {own} (see docs/runbook.md, 'a marker another "
+        "writer set')"),
     "rows_deleted_unattributed": (WARNING, "the table holds {total} live rows, {diff} fewer than its "
         "{batches} committed batches recorded ({recorded}) plus other writers' rows ({others}); "
         "other writers' DELETE or MERGE (commit(s) {versions}) deleted at least as many rows from "
@@ -270,9 +270,12 @@ class _Audit:
                 prefix = f"{DATA_DIR}/{b.key.pipeline_id}/{b.key.key}/g{b.generation}-"
                 b.files = sorted(p for p in self.live if p.startswith(prefix))
             foreign = self.log.foreign.get((b.key.app_id, b.generation))
-            if record is None and foreign is not None and foreign > self.log.checkpoint:
+            if record is None and foreign is not None:
                 op = self.log.operations.get(foreign, "no commitInfo")
-                self.add("marker_set_by_another_writer", b.key, gen=b.generation, version=foreign, op=op)
+                own = max((g for g in b.records if g < b.generation), default=None)
+                said = "it was never loaded" if own is None else f"its own newest generation is {own}"
+                say: dict[str, Any] = {"gen": b.generation, "version": foreign, "op": op, "own": said}
+                self.add("marker_set_by_another_writer", b.key, **say)
             elif not self._marker_expiring(b) and record is None:
                 self.add("record_missing", b.key, gen=b.generation)
 
@@ -481,18 +484,26 @@ class _Audit:
         mixed_deletes: dict[int, int] = {}
         mixed: set[str] = set()  # files holding batch rows and another writer's rows
         for v, (added, removed) in sorted(self.log.changes.items()):
-            if v not in ours and carrier & set(removed):
-                carrier.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
-                inserts = self._merge_inserts(v, added, removed)
-                inserted += inserts
+            touched = carrier & set(removed)
+            if v not in ours and touched:
+                # Other writers' files it rewrote, counted before its output joins the carriers
+                # (a file it added back in place with a deletion vector is one of them too).
+                carried = self.log.removed_hidden.get(v, {})
                 folds = False
                 for f in removed:
                     if f not in carrier and not f.startswith(f"{DATA_DIR}/"):
-                        folded[f] = file_rows(self.path, f, self.log.adds.get(f, (0, True, None))[2])
+                        rows = file_rows(self.path, f, self.log.adds.get(f, (0, True, None))[2])
+                        folded[f] = None if rows is None else rows - carried.get(f, 0)
                         folds = True
-                if folds or inserts or mixed & set(removed):
-                    if (folds or mixed & set(removed)) and (gone := self._rows_deleted(v)):
-                        mixed_deletes[v] = gone
+                carrier.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
+                inserts = self._merge_inserts(v, added, removed)
+                inserted += inserts
+                # Only when every batch-row file it rewrote also held another writer's rows
+                # can the rows it deleted have been theirs (Delta rewrites only files in which
+                # it deletes a row: a file of batch rows alone lost one of them).
+                if touched <= mixed and (gone := self._rows_deleted(v)):
+                    mixed_deletes[v] = gone
+                if folds or inserts or touched & mixed:
                     mixed.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
         others = [self.rows[f] for f in theirs if f not in carrier]
         unknown = [b for b in committed if b.rows is None]
@@ -544,13 +555,8 @@ class _Audit:
         said = next((str(metrics[n]) for n in names if n in metrics), "")
         if said.isdigit():
             return int(said)
-        added, removed = self.log.changes.get(version, ([], []))
-        in_place = self.log.hidden.get(version, {})
-        rows_in = self._rows_of([f for f in removed if f not in in_place])
-        rows_out = self._rows_of([f for f in added if f not in in_place])
-        if rows_in is None or rows_out is None:
-            return 0
-        return max(0, rows_in + sum(in_place.values()) - rows_out)
+        rows = self._io_rows(version)
+        return 0 if rows is None else max(0, rows[0] - rows[1])
 
     def _rows_of(self, files: list[str]) -> int | None:
         """The rows ``files`` hold (live: their statistics; gone: their add in the log, or the
@@ -565,6 +571,19 @@ class _Audit:
             total += rows
         return total
 
+    def _io_rows(self, version: int) -> tuple[int, int] | None:
+        """(rows in, rows out) of commit ``version``: the rows of the files it removed, net of
+        the deletion vectors they carried, plus those it hid in place; the rows of the files
+        it added, less those it added back in place. ``None`` when a count is not known."""
+        added, removed = self.log.changes.get(version, ([], []))
+        in_place = self.log.hidden.get(version, {})
+        rows_in = self._rows_of([f for f in removed if f not in in_place])
+        rows_out = self._rows_of([f for f in added if f not in in_place])
+        if rows_in is None or rows_out is None:
+            return None
+        carried = sum(self.log.removed_hidden.get(version, {}).values())
+        return rows_in - carried + sum(in_place.values()), rows_out
+
     def _merge_inserts(self, version: int, added: list[str], removed: list[str]) -> int:
         """The rows a MERGE inserted in the files it wrote beside the batch rows it rewrote:
         the other writer's rows. Only a MERGE that counts its inserts, and no more than its
@@ -577,10 +596,13 @@ class _Audit:
         if not said.isdigit():
             return 0  # no count of its inserts
         count = int(said)
-        rows_in, rows_out = self._rows_of(removed), self._rows_of(added)
-        if rows_in is None or rows_out is None:
+        rows = self._io_rows(version)
+        if rows is None:
             return 0
-        return max(0, min(count, rows_out - rows_in))
+        rows_in, rows_out = rows
+        # What it wrote beyond what it read and kept: its inserts, plus the rows it deleted.
+        deleted = str(metrics.get("numTargetRowsDeleted", metrics.get("num_target_rows_deleted")))
+        return max(0, min(count, rows_out - rows_in + (int(deleted) if deleted.isdigit() else 0)))
 
     def _kept_rows(self, version: int) -> bool:
         """Whether commit ``version`` is another writer's UPDATE or MERGE that kept every row
@@ -589,7 +611,7 @@ class _Audit:
         else that removed a batch file (a DELETE, an overwrite) may have dropped rows."""
         op = self.log.operations.get(version)
         metrics = self.log.metrics.get(version, {})
-        added, removed = self.log.changes.get(version, ([], []))
+        added = self.log.changes.get(version, ([], []))[0]
         if op not in ("UPDATE", "MERGE") or not added:
             return False
         # Delta Spark's name for the count, and delta-rs's.
@@ -598,12 +620,10 @@ class _Audit:
             return False  # deleted rows, or no count of them
         # On a table with deletion vectors the files it read stay, with the rows it changed
         # hidden: those rows are its input, and the files it added back are not its output.
-        in_place = self.log.hidden.get(version, {})
-        rows_in = self._rows_of([f for f in removed if f not in in_place])
-        rows_out = self._rows_of([f for f in added if f not in in_place])
-        if rows_in is None or rows_out is None:
+        rows = self._io_rows(version)
+        if rows is None:
             return False
-        rows_in += sum(in_place.values())
+        rows_in, rows_out = rows
         return rows_out == rows_in if op == "UPDATE" else rows_out >= rows_in
 
     def _kept_in_place(self, files: list[str]) -> dict[str, tuple[int, int]]:

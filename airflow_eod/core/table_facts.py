@@ -234,7 +234,11 @@ class LogFacts:
         vector (a DELETE, UPDATE or MERGE on a table with deletion vectors) -> how many more rows
         that vector hides than the one it replaced.
     :param foreign: the (appId, version) markers of airflow-eod batches that a commit set
-        without a manifest of that batch: another writer's idempotent write with its app id.
+        without a manifest of that batch (another writer's idempotent write with its app id)
+        -> that commit; only while no commit of the batch's own set the same marker.
+    :param owned: the (appId, version) markers a commit with the batch's manifest set.
+    :param removed_hidden: version -> the files it removed (not in place) that a deletion
+        vector had rows of hidden -> how many.
     """
 
     checkpoint: int = -1
@@ -249,6 +253,8 @@ class LogFacts:
     extras: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     hidden: dict[int, dict[str, int]] = field(default_factory=dict)
     foreign: dict[tuple[str, int], int] = field(default_factory=dict)
+    owned: set[tuple[str, int]] = field(default_factory=set)
+    removed_hidden: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 def _dv_rows(action: dict[str, Any]) -> int:
@@ -346,14 +352,22 @@ def _commit_facts(v: int, actions: list[dict[str, Any]], out: LogFacts) -> None:
     in_place = {f: dv_added[f] - dv_removed[f] for f in dv_added if f in dv_removed}
     if in_place:
         out.hidden[v] = in_place
+    if gone := {f: n for f, n in dv_removed.items() if n and f not in in_place}:
+        out.removed_hidden[v] = gone
     for txn_key in txns:
+        batch = BatchKey.from_app_id(txn_key[0])
+        if batch is not None and (manifest is None or manifest.batch_key != batch.key):
+            # Another writer's write with a batch's app id: never the batch's landing, and
+            # foreign only while no commit of the batch's own set the same marker.
+            if txn_key not in out.owned:
+                out.foreign[txn_key] = v
+                out.landed.setdefault(txn_key, (v, None, sorted(adds)))
+            continue
         out.landed[txn_key] = (v, manifest.rows if manifest else None, sorted(adds))
         if manifest is not None:
             out.extras[txn_key] = dict(manifest.extra)
-        batch = BatchKey.from_app_id(txn_key[0])
-        if batch is not None and (manifest is None or manifest.batch_key != batch.key):
-            out.foreign[txn_key] = v
-        else:
+        if batch is not None:
+            out.owned.add(txn_key)
             out.foreign.pop(txn_key, None)
 
 
