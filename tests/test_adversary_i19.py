@@ -64,6 +64,19 @@ def _findings(report: Any) -> list[str]:
     return [f"{f.severity}:{f.kind}:{f.message}" for f in report.findings]
 
 
+def _dv_table_with_a_batch(spark: Any, table: str, landing: str) -> Any:
+    """A table Delta Spark created with deletion vectors, and one batch of 40 rows loaded."""
+    spark.sql(
+        f"CREATE TABLE delta.`{table}` ({ORDERS}) USING delta "
+        "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+    )
+    write_order_files(landing, 2, 20)
+    source = orders_source(landing)
+    plan = plan_for(source, table)
+    assert run_load(spark, spec_for(source, table, plan)).rows == 40
+    return plan
+
+
 # == 1. Deletion vectors: an UPDATE / MERGE that keeps every row ==========================
 @pytest.mark.parametrize(
     "dml",
@@ -86,14 +99,7 @@ def test_update_on_a_deletion_vector_table_is_no_false_alarm(spark: Any, tmp_pat
     never at a live file that got a deletion vector. Now the rows an UPDATE/MERGE hid in place
     and kept in its new file count as the batch's, with the batch_file_rewritten warning."""
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
-    spark.sql(
-        f"CREATE TABLE delta.`{table}` ({ORDERS}) USING delta "
-        "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
-    )
-    write_order_files(landing, 2, 20)
-    source = orders_source(landing)
-    plan = plan_for(source, table)
-    assert run_load(spark, spec_for(source, table, plan)).rows == 40
+    plan = _dv_table_with_a_batch(spark, table, landing)
     assert audit_table(table).ok
     _sql(spark, dml, table)
     last = _commit(table, DeltaTable(table).version())
@@ -481,14 +487,7 @@ def test_a_deleted_row_stays_reported_after_optimize_purges_the_deletion_vector(
     the batch itself gets only the ``batch_file_compacted`` warning (the loss is no longer
     attributed to the batch or to the DELETE)."""
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
-    spark.sql(
-        f"CREATE TABLE delta.`{table}` ({ORDERS}) USING delta "
-        "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
-    )
-    write_order_files(landing, 2, 20)
-    source = orders_source(landing)
-    plan = plan_for(source, table)
-    assert run_load(spark, spec_for(source, table, plan)).rows == 40
+    _dv_table_with_a_batch(spark, table, landing)
     _sql(spark, "DELETE FROM {t} WHERE order_id = 3", table)
     assert not audit_table(table).ok
     _sql(spark, compact, table)
