@@ -117,6 +117,9 @@ _SECTION = {
 }
 
 
+# A MERGE's count of the target rows it deleted: Delta Spark's name, and delta-rs's.
+_MERGE_DELETED = ("numTargetRowsDeleted", "num_target_rows_deleted")
+
 @dataclass(frozen=True)
 class Finding:
     """One thing the audit found.
@@ -550,13 +553,18 @@ class _Audit:
         op = self.log.operations.get(version)
         if op not in ("DELETE", "MERGE"):
             return 0
-        metrics = self.log.metrics.get(version, {})
-        names = ("numDeletedRows", "num_deleted_rows", "numTargetRowsDeleted", "num_target_rows_deleted")
-        said = next((str(metrics[n]) for n in names if n in metrics), "")
-        if said.isdigit():
-            return int(said)
+        said = self._count(version, "numDeletedRows", "num_deleted_rows", *_MERGE_DELETED)
+        if said is not None:
+            return said
         rows = self._io_rows(version)
         return 0 if rows is None else max(0, rows[0] - rows[1])
+
+    def _count(self, version: int, *names: str) -> int | None:
+        """A count of commit ``version``'s ``operationMetrics``, under the first of ``names``
+        it has (Delta Spark's name and delta-rs's differ); ``None`` when it gives none."""
+        metrics = self.log.metrics.get(version, {})
+        said = next((str(metrics[n]) for n in names if n in metrics), "")
+        return int(said) if said.isdigit() else None
 
     def _rows_of(self, files: list[str]) -> int | None:
         """The rows ``files`` hold (live: their statistics; gone: their add in the log, or the
@@ -591,18 +599,16 @@ class _Audit:
         what it removed stay unexplained, so a rewrite that doubled batch rows is found."""
         if self.log.operations.get(version) != "MERGE":
             return 0
-        metrics = self.log.metrics.get(version, {})
-        said = str(metrics.get("numTargetRowsInserted", metrics.get("num_target_rows_inserted")))
-        if not said.isdigit():
+        count = self._count(version, "numTargetRowsInserted", "num_target_rows_inserted")
+        if count is None:
             return 0  # no count of its inserts
-        count = int(said)
         rows = self._io_rows(version)
         if rows is None:
             return 0
         rows_in, rows_out = rows
         # What it wrote beyond what it read and kept: its inserts, plus the rows it deleted.
-        deleted = str(metrics.get("numTargetRowsDeleted", metrics.get("num_target_rows_deleted")))
-        return max(0, min(count, rows_out - rows_in + (int(deleted) if deleted.isdigit() else 0)))
+        deleted = self._count(version, *_MERGE_DELETED) or 0
+        return max(0, min(count, rows_out - rows_in + deleted))
 
     def _kept_rows(self, version: int) -> bool:
         """Whether commit ``version`` is another writer's UPDATE or MERGE that kept every row
@@ -610,13 +616,10 @@ class _Audit:
         MERGE that says it deleted no row and whose output holds at least as many. Anything
         else that removed a batch file (a DELETE, an overwrite) may have dropped rows."""
         op = self.log.operations.get(version)
-        metrics = self.log.metrics.get(version, {})
         added = self.log.changes.get(version, ([], []))[0]
         if op not in ("UPDATE", "MERGE") or not added:
             return False
-        # Delta Spark's name for the count, and delta-rs's.
-        deleted = metrics.get("numTargetRowsDeleted", metrics.get("num_target_rows_deleted"))
-        if op == "MERGE" and str(deleted) != "0":
+        if op == "MERGE" and self._count(version, *_MERGE_DELETED) != 0:
             return False  # deleted rows, or no count of them
         # On a table with deletion vectors the files it read stay, with the rows it changed
         # hidden: those rows are its input, and the files it added back are not its output.
@@ -633,8 +636,9 @@ class _Audit:
         batch's live count stays short of its record, and that is reported."""
         out: dict[str, tuple[int, int]] = {}
         for v, in_place in sorted(self.log.hidden.items()):
-            for f, rows in in_place.items():
-                if f in files and rows > 0 and self._kept_rows(v):
+            mine = {f: rows for f, rows in in_place.items() if f in files and rows > 0}
+            if mine and self._kept_rows(v):
+                for f, rows in mine.items():
                     out[f] = (v, out.get(f, (v, 0))[1] + rows)
         return out
 
