@@ -30,6 +30,15 @@ ORDERS = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, 
 ROWS = 10
 
 
+# Another writer's MERGE that deletes batch row 1003 and inserts one row of its own.
+MERGE_DELETING_1003_INSERTING_ONE = (
+    "MERGE INTO {t} AS t USING (SELECT 1003 AS order_id UNION ALL SELECT 777777 AS order_id) AS s "
+    "ON t.order_id = s.order_id WHEN MATCHED THEN DELETE "
+    "WHEN NOT MATCHED THEN INSERT (order_id, customer, amount, order_date, ordered_at) "
+    "VALUES (s.order_id, 'new', 1.00, DATE'2026-11-01', TIMESTAMP'2026-11-01 00:00:00')"
+)
+
+
 def _sql(spark: Any, text: str, table: str) -> list[Any]:
     return list(spark.sql(text.format(t=f"delta.`{table}`")).collect())
 
@@ -432,10 +441,7 @@ def test_merge_deleting_a_batch_row_and_inserting_one_is_an_error_in_verify(
     plan = _load(spark, landing, table, 1)
     _sql(
         spark,
-        "MERGE INTO {t} AS t USING (SELECT 1003 AS order_id UNION ALL SELECT 777777 AS order_id) AS s "
-        "ON t.order_id = s.order_id WHEN MATCHED THEN DELETE "
-        "WHEN NOT MATCHED THEN INSERT (order_id, customer, amount, order_date, ordered_at) "
-        "VALUES (s.order_id, 'new', 1.00, DATE'2026-11-01', TIMESTAMP'2026-11-01 00:00:00')",
+        MERGE_DELETING_1003_INSERTING_ONE,
         table,
     )
     assert spark.read.format("delta").load(table).count() == ROWS

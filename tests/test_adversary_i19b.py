@@ -21,6 +21,7 @@ from airflow_eod.core.table_audit import audit_table
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.spark.load_job import run_load
 from tests.helpers import check, orders_source, plan_for, spec_for
+from tests.test_adversary_i19 import MERGE_DELETING_1003_INSERTING_ONE
 from tests.test_delta_spark_engine import pytestmark as delta_spark_tier
 
 pytestmark = delta_spark_tier
@@ -304,10 +305,7 @@ def test_merge_deleting_a_batch_row_and_inserting_one_after_optimize(
     assert audit_table(table).ok
     _sql(
         spark,
-        "MERGE INTO {t} AS t USING (SELECT 1003 AS order_id UNION ALL SELECT 777777 AS order_id) AS s "
-        "ON t.order_id = s.order_id WHEN MATCHED THEN DELETE "
-        "WHEN NOT MATCHED THEN INSERT (order_id, customer, amount, order_date, ordered_at) "
-        "VALUES (s.order_id, 'new', 1.00, DATE'2026-11-01', TIMESTAMP'2026-11-01 00:00:00')",
+        MERGE_DELETING_1003_INSERTING_ONE,
         table,
     )
     assert 1003 not in _ids(spark, table) and 777777 in _ids(spark, table)
