@@ -18,6 +18,7 @@ Spark wrote itself, where it wrote some) and with ``verify`` (the audit).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -296,6 +297,46 @@ def test_a_delete_in_files_optimize_mixed_is_a_warning_that_says_whose_rows_are_
     # A DELETE of a row in a file that holds only batch rows is still told apart: an error.
     _sql(spark, "DELETE FROM {t} WHERE order_id = 3001", table)  # a batch 3 row, in its own file
     assert {f.kind for f in audit_table(table).errors} >= {"batch_file_not_live"}
+
+
+def test_delta_spark_vacuum_keeps_files_under_non_ascii_partition_values(
+    spark: Any, landing: str, table: str
+) -> None:
+    """Batches loaded by the delta-rs engine into partitions whose values are not ASCII, then
+    Delta Spark's VACUUM (RETAIN 0 HOURS). Was a defect (found by the issue 19 chaos run with
+    Delta Spark, seeds 19107 to 19116): airflow-eod spelled such paths percent-encoded in its
+    ``add`` (``customer=%E6%97%A5/...``), and Delta Spark's VACUUM deleted those live files,
+    so every reader lost the rows. The adds now spell them as Delta Spark does."""
+    os.makedirs(landing, exist_ok=True)
+    with open(os.path.join(landing, "orders-odd.csv"), "w") as fh:
+        fh.write("order_id,customer,amount,order_date,ordered_at\n")
+        for i, who in enumerate(["日", "é", "ü ß", "a%b", "plain"]):
+            fh.write(f"{i + 1},{who},{i + 1}.50,2026-11-0{i + 1},2026-11-0{i + 1}T10:00:00.000000Z\n")
+    source = orders_source(landing)
+    plan = plan_for(source, table)
+    assert run_load(spark, spec_for(source, table, plan, partition_by=["customer"])).rows == 5
+    with _conf(spark, spark__databricks__delta__retentionDurationCheck__enabled="false"):
+        _sql(spark, "VACUUM {t} RETAIN 0 HOURS", table)
+    # deltalake gives local files as plain paths, already decoded.
+    missing = [p for p in DeltaTable(table).file_uris() if not os.path.exists(p)]
+    assert not missing, missing
+    log_dir = os.path.join(table, "_delta_log")
+    adds = [
+        json.loads(line)["add"]["path"]
+        for name in sorted(os.listdir(log_dir))
+        if name.endswith(".json")
+        for line in open(os.path.join(log_dir, name), encoding="utf-8")
+        if '"add"' in line
+    ]
+    # Spelled as Delta Spark spells them: letters as they are, a space and '%' encoded (the
+    # folder on disk is Spark's escape of 'a%b', 'a%25b').
+    spelled = {part for p in adds for part in p.split("/") if part.startswith("customer=")}
+    want = {"customer=日", "customer=é", "customer=ü%20ß", "customer=a%2525b", "customer=plain"}
+    assert spelled == want, spelled
+    _retry(spark, landing, table, plan)
+    _check(table, landing)
+    assert len(spark.read.format("delta").load(table).collect()) == 5  # the rows read, not counted
+    _verify(table)
 
 
 def _log_files(table: str) -> list[str]:
