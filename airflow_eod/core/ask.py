@@ -21,6 +21,7 @@ from airflow_eod.core.commit_record import (
     CommitRecord,
     foreign_marker,
     newest_record,
+    own_commit_below,
     record_at,
     repair_record,
 )
@@ -129,29 +130,34 @@ def _ask(table: TableLog, batch: BatchKey, generation: int) -> BatchStatus:
             plan_log, table, batch, committed
         )
         theirs = foreign_marker(table, batch, committed) if record is None else None
-        if theirs is not None and newest is not None:
-            # Another writer set a marker above the batch's own newest generation, which
-            # its record still answers for.
+        if theirs is not None:
+            # Another writer set the marker. The batch's own commit may have landed all the
+            # same (its record, or failing that the log or the checkpoint, tells): answer
+            # for that; blame the other writer only when nothing of the batch's own is there.
+            own = (newest.generation, newest) if newest is not None else own_commit_below(
+                plan_log, table, batch, committed
+            )
+            if own is None:
+                version, operation = theirs
+                raise ForeignMarkerError(
+                    batch.label,
+                    f"the table's marker of this batch (txn appId {batch.app_id}, version {committed}) "
+                    f"was set by commit {version} ({operation}), which carries no airflow-eod manifest "
+                    "of the batch: another writer used this pipeline's app id in its own write. The "
+                    "batch's rows are not in the table and nothing was loaded; no load under this app "
+                    "id can add them while that marker stands (see docs/runbook.md, 'a marker another "
+                    "writer set')",
+                )
             log.warning(
                 "batch %s: its marker (generation %d) was set by commit %d (%s), another writer's "
-                "write with this pipeline's app id; the batch's own newest generation is %d",
+                "write with this pipeline's app id; the batch's own newest commit is of generation %d%s",
                 batch,
                 committed,
                 *theirs,
-                newest.generation,
+                own[0],
+                "" if own[1] is not None else " (aged out of the log; the checkpoint holds its files)",
             )
-            record, committed = newest, newest.generation
-        elif theirs is not None:
-            version, operation = theirs
-            raise ForeignMarkerError(
-                batch.label,
-                f"the table's marker of this batch (txn appId {batch.app_id}, version {committed}) "
-                f"was set by commit {version} ({operation}), which carries no airflow-eod manifest "
-                "of the batch: another writer used this pipeline's app id in its own write. The "
-                "batch's rows are not in the table and nothing was loaded; no load under this app "
-                "id can add them while that marker stands (see docs/runbook.md, 'a marker another "
-                "writer set')",
-            )
+            committed, record = own
     elif marker is None and record is not None:
         # No marker (expired): a newer generation may have committed and died before its
         # record. Only then is the log searched, and only while that commit is still in it.

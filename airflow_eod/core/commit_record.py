@@ -21,16 +21,25 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.delta_log import TableLog, checkpoint_holds, commit_path, read_commit_actions
+from airflow_eod.core.delta_commit import deltalake_spelling, uri_path
+from airflow_eod.core.delta_log import (
+    TableLog,
+    checkpoint_holds,
+    checkpoint_paths_under,
+    commit_path,
+    read_commit_actions,
+)
 from airflow_eod.core.errors import CorruptRecordError, CorruptTableError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.table_layout import batch_dir
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +245,38 @@ def foreign_marker(table: TableLog, batch: BatchKey, generation: int) -> tuple[i
         info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         return version, str(info.get("operation") or "no commitInfo")
     return None
+
+
+def own_commit_below(
+    plan_log: PlanLog, table: TableLog, batch: BatchKey, marker: int
+) -> tuple[int, CommitRecord | None] | None:
+    """Where another writer set ``batch``'s marker (at ``marker``, with no commit of the
+    batch's own behind it): the newest generation below or at it that a commit of the batch's
+    own landed all the same, with its record (repaired from the log), or with ``None`` when a
+    log cleanup took that commit and only the checkpoint still holds its files. ``None`` when
+    the table shows no commit of the batch's own.
+
+    Its committer died before its record, so nothing but the table tells; this is asked only
+    when a foreign marker would otherwise be blamed, and reads the log once per generation.
+    """
+    for generation in range(min(marker - 1, plan_log.newest_generation(batch.key)), -1, -1):
+        record = repair_record(plan_log, table, batch, generation)
+        if record is not None:
+            return generation, record
+    # Staged files reach a checkpoint only through a commit of the batch's own: their
+    # attempt folder names the generation. Spelled as this engine spells paths, and as
+    # deltalake did (percent-encoding non-ASCII) for tables written before.
+    folder = batch_dir(batch) + "/g"
+    spellings = tuple({uri_path(folder), deltalake_spelling(folder)})
+    held = set()
+    for path in checkpoint_paths_under(table, spellings):
+        m = _GENERATION_DIR.match(unquote(path)[len(folder) - 1 :])
+        if m and int(m.group(1)) <= marker:
+            held.add(int(m.group(1)))
+    return (max(held), None) if held else None
+
+
+_GENERATION_DIR = re.compile(r"g(\d+)-[^/]+/")
 
 
 def find_commit(table: TableLog, batch: BatchKey, generation: int) -> tuple[int, Manifest] | None:

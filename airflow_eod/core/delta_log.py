@@ -570,6 +570,36 @@ def checkpoint_holds(
     return None
 
 
+def checkpoint_paths_under(table: TableLog, prefixes: tuple[str, ...]) -> list[str]:
+    """The paths (as the log stores them) of the newest checkpoint's adds and removes that
+    start with one of ``prefixes``: files that were part of the table, live or removed since,
+    whose commits a log cleanup may have taken. Empty when there is no checkpoint."""
+    log_dir = os.path.join(table.path, _LOG)
+    configuration = table.metadata().configuration
+    for _ in range(_REREADS):
+        hint = newest_checkpoint(log_dir, table.read_at, configuration)
+        if hint is None:
+            return []
+        found: list[str] = []
+        try:
+            for path in _checkpoint_files(log_dir, *hint):
+                parquet = open_checkpoint(path)
+                names = set(parquet.schema_arrow.names)
+                for action in ("add", "remove"):
+                    if action not in names:
+                        continue
+                    col = parquet.read(columns=[f"{action}.path"], use_threads=False).column(action)
+                    paths = pc.struct_field(col, [0])
+                    hit = pc.fill_null(pc.starts_with(paths, prefixes[0]), False)
+                    for prefix in prefixes[1:]:
+                        hit = pc.or_(hit, pc.fill_null(pc.starts_with(paths, prefix), False))
+                    found += [p for p in pc.filter(paths, hit).to_pylist() if p is not None]
+            return found
+        except FileNotFoundError:
+            continue  # a newer checkpoint's cleanup removed it meanwhile: look again
+    return []
+
+
 # The newest reading of each table in this process. A commit asks, commits, records and
 # asks again: each later reading only reads the commits that landed since.
 _CACHE: dict[str, tuple[TableLog, tuple[int, int, int]]] = {}

@@ -492,12 +492,10 @@ class _Audit:
                 # Other writers' files it rewrote, counted before its output joins the carriers
                 # (a file it added back in place with a deletion vector is one of them too).
                 carried = self.log.removed_hidden.get(v, {})
-                folds = False
                 for f in removed:
                     if f not in carrier and not f.startswith(f"{DATA_DIR}/"):
                         rows = file_rows(self.path, f, self.log.adds.get(f, (0, True, None))[2])
                         folded[f] = None if rows is None else rows - carried.get(f, 0)
-                        folds = True
                 carrier.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
                 inserts = self._merge_inserts(v, added, removed)
                 inserted += inserts
@@ -506,8 +504,8 @@ class _Audit:
                 # it deletes a row: a file of batch rows alone lost one of them).
                 if touched <= mixed and (gone := self._rows_deleted(v)):
                     mixed_deletes[v] = gone
-                if folds or inserts or touched & mixed:
-                    mixed.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
+                theirs_in = [f for f in removed if f in folded or f in mixed]
+                mixed.update(self._mixed_outputs(added, theirs_in, everywhere=bool(inserts)))
         others = [self.rows[f] for f in theirs if f not in carrier]
         unknown = [b for b in committed if b.rows is None]
         # A batch without a recorded count whose files are all live is left out of the count
@@ -541,11 +539,27 @@ class _Audit:
             other -= min(unseen, held)
         say: dict[str, Any] = dict(total=total, batches=len(committed), recorded=recorded, others=other)
         diff = total - recorded - other
-        if diff < 0 and -diff <= sum(mixed_deletes.values()):
+        # Rows a DELETE took from mixed files may have been the other writers' rows, but no
+        # more of them than other writers ever put into files that held batch rows.
+        theirs_mixed = sum(r or 0 for r in folded.values()) + inserted
+        if diff < 0 and -diff <= min(sum(mixed_deletes.values()), theirs_mixed):
             versions = ", ".join(str(v) for v in mixed_deletes)
             self.add("rows_deleted_unattributed", None, diff=-diff, versions=versions, **say)
         elif diff:
             self.add("row_total_mismatch", None, diff=abs(diff), more=("fewer", "more")[diff > 0], **say)
+
+    def _mixed_outputs(self, added: list[str], theirs_in: list[str], *, everywhere: bool) -> list[str]:
+        """The files a rewrite of batch rows ``added`` that may hold another writer's rows too:
+        those in a partition of one of ``theirs_in`` (its inputs that held such rows; Delta
+        rewrites never move a row to another partition), or all of them when a MERGE inserted
+        rows (``everywhere``) or a partition is not known."""
+        outputs = [f for f in added if not f.startswith(f"{DATA_DIR}/")]
+        if not theirs_in:
+            return outputs if everywhere else []
+        parts = {self.log.partitions.get(f) for f in theirs_in}
+        if everywhere or None in parts:
+            return outputs
+        return [f for f in outputs if self.log.partitions.get(f) in parts]
 
     def _rows_deleted(self, version: int) -> int:
         """The rows another writer's DELETE or MERGE (commit ``version``) deleted: its

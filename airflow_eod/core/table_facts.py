@@ -239,6 +239,8 @@ class LogFacts:
     :param owned: the (appId, version) markers a commit with the batch's manifest set.
     :param removed_hidden: version -> the files it removed (not in place) that a deletion
         vector had rows of hidden -> how many.
+    :param partitions: decoded path -> the partition values its newest add or remove gives
+        (``None`` when that action gives none).
     """
 
     checkpoint: int = -1
@@ -255,6 +257,12 @@ class LogFacts:
     foreign: dict[tuple[str, int], int] = field(default_factory=dict)
     owned: set[tuple[str, int]] = field(default_factory=set)
     removed_hidden: dict[int, dict[str, int]] = field(default_factory=dict)
+    partitions: dict[str, frozenset[tuple[str, Any]] | None] = field(default_factory=dict)
+
+
+def _partition_values(action: dict[str, Any]) -> frozenset[tuple[str, Any]] | None:
+    values = action.get("partitionValues")
+    return frozenset(values.items()) if isinstance(values, dict) else None
 
 
 def _dv_rows(action: dict[str, Any]) -> int:
@@ -330,10 +338,12 @@ def _commit_facts(v: int, actions: list[dict[str, Any]], out: LogFacts) -> None:
             adds.append(unquote(a["add"]["path"]))
             rows = bounded_json.loads(a["add"].get("stats") or "{}").get("numRecords")
             out.adds[adds[-1]] = (v, bool(a["add"].get("dataChange", True)), rows)
+            out.partitions[adds[-1]] = _partition_values(a["add"])
             dv_added[adds[-1]] = _dv_rows(a["add"])
         elif "remove" in a:
             removes.append(unquote(a["remove"]["path"]))
             out.removes[removes[-1]] = (v, bool(a["remove"].get("dataChange", True)))
+            out.partitions.setdefault(removes[-1], _partition_values(a["remove"]))
             dv_removed[removes[-1]] = _dv_rows(a["remove"])
         elif "txn" in a:
             txn = a["txn"]
