@@ -17,7 +17,6 @@ from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.commit import commit_batch
-from airflow_eod.core.delta_commit import uri_path
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
 from airflow_eod.core.parquet_stats import file_stats
 from airflow_eod.core.table_layout import attempt_dir
@@ -239,12 +238,3 @@ def test_racing_schema_widening_commits_land_once(table: str, monkeypatch: pytes
     assert dt.version() == 1
     assert sorted(pa.table(dt.to_pyarrow_table())["id"].to_pylist()) == [0, 1, 50, 51, 52]
     assert [f["name"] for f in json.loads(dt.schema().to_json())["fields"]] == ["id", "v", "extra"]
-
-
-def test_paths_are_spelled_as_delta_spark_spells_them() -> None:
-    """As Hadoop's ``Path.toUri()`` spells them: ASCII percent-encoded where a URI path needs
-    it, non-ASCII letters as they are, C1 controls and non-ASCII spaces encoded. Delta
-    Spark's VACUUM deletes a live file whose ``add`` spells it otherwise."""
-    assert uri_path("c=日 é/a%b#?[x]\u0085\u00a0!$&'()*+,;=:@~.parquet") == (
-        "c=日%20é/a%25b%23%3F%5Bx%5D%C2%85%C2%A0!$&'()*+,;=:@~.parquet"
-    )

@@ -21,7 +21,7 @@ from airflow_eod.core.commit_record import (
     CommitRecord,
     foreign_marker,
     newest_record,
-    own_commit_below,
+    own_commit,
     record_at,
     repair_record,
 )
@@ -134,8 +134,10 @@ def _ask(table: TableLog, batch: BatchKey, generation: int) -> BatchStatus:
             # Another writer set the marker. The batch's own commit may have landed all the
             # same (its record, or failing that the log or the checkpoint, tells): answer
             # for that; blame the other writer only when nothing of the batch's own is there.
-            own = (newest.generation, newest) if newest is not None else own_commit_below(
-                plan_log, table, batch, committed
+            floor = newest.generation if newest is not None else -1
+            top = min(committed, plan_log.newest_generation(batch.key))
+            own = own_commit(plan_log, table, batch, top, floor) or (
+                (newest.generation, newest) if newest is not None else None
             )
             if own is None:
                 version, operation = theirs
@@ -158,14 +160,15 @@ def _ask(table: TableLog, batch: BatchKey, generation: int) -> BatchStatus:
                 "" if own[1] is not None else " (aged out of the log; the checkpoint holds its files)",
             )
             committed, record = own
-    elif marker is None and record is not None:
-        # No marker (expired): a newer generation may have committed and died before its
-        # record. Only then is the log searched, and only while that commit is still in it.
-        for newer in range(plan_log.newest_generation(batch.key), record.generation, -1):
-            found = repair_record(plan_log, table, batch, newer)
+    elif record is not None:
+        # No marker (it expired), or one that another writer set back to or below the
+        # batch's record: a newer generation may have committed and died before its record.
+        # Only then is the table searched for it.
+        planned = plan_log.newest_generation(batch.key)
+        if planned > record.generation and (marker is None or foreign_marker(table, batch, marker)):
+            found = own_commit(plan_log, table, batch, planned, record.generation)
             if found is not None:
-                record, committed = found, newer
-                break
+                committed, record = found
     return BatchStatus(
         batch,
         generation,

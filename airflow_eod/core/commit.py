@@ -13,8 +13,6 @@ import json
 import logging
 import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -27,14 +25,8 @@ from airflow_eod.core import table_compat
 from airflow_eod.core.ask import BatchStatus, ask_table, open_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.commit_record import CommitRecord, write_record
-from airflow_eod.core.delta_commit import (
-    checkpoint_due,
-    put_creating_commit,
-    uri_path,
-    write_checkpoint,
-    write_commit,
-)
-from airflow_eod.core.delta_log import TableLog, checkpoint_holds, commit_path
+from airflow_eod.core.delta_commit import checkpoint_due, uri_path, write_checkpoint, write_commit
+from airflow_eod.core.delta_log import TableLog, checkpoint_holds
 from airflow_eod.core.errors import BatchError, BatchRefusedError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
@@ -118,14 +110,9 @@ def _create_table(
         max_commit_retries=0,
     )
     fault_point("before_commit", try_number=try_number)
-    # deltalake renders the creating commit (its protocol follows the configuration) in a
-    # scratch folder; the commit put into the table spells its adds as Delta Spark does
-    # (see uri_path): deltalake percent-encodes non-ASCII names, and Delta Spark's VACUUM
-    # would delete those live files.
-    scratch = tempfile.mkdtemp(prefix="eod-create-")
     try:
         create_table_with_add_actions(
-            scratch,
+            path,
             _table_schema(staged.schema_json),
             adds,
             mode="error",
@@ -133,14 +120,11 @@ def _create_table(
             configuration=dict(config),
             commit_properties=props,
         )
-        with open(commit_path(scratch, 0), encoding="utf-8") as fh:
-            rendered = fh.read()
-        created = put_creating_commit(path, rendered, [a.path for a in adds])
-    except (DeltaError, ValueError) as exc:
+    except DeltaError as exc:
+        if open_table(path) is not None:
+            return False
         raise BatchError(batch.label, f"the Delta commit that creates the table failed: {exc}") from exc
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return created
+    return True
 
 
 def _created_id(path: str) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.delta_commit import deltalake_spelling, uri_path
+from airflow_eod.core.delta_commit import uri_path
 from airflow_eod.core.delta_log import (
     TableLog,
     checkpoint_holds,
@@ -229,8 +229,11 @@ def foreign_marker(table: TableLog, batch: BatchKey, generation: int) -> tuple[i
     ``None`` when no commit that set it is left in the log (then nothing tells, and the
     marker is taken as the table's word).
 
-    The whole log is searched, newest first: a marker in a checkpoint has no commit named."""
-    for version in range(table.version(), -1, -1):
+    The commit after the checkpoint that set the marker last is read first; else the whole
+    log is searched, newest first (a marker in a checkpoint has no commit named)."""
+    known = table.marker_commit(batch.app_id)
+    newest_first = range(table.version(), -1, -1) if known is None else [known]
+    for version in newest_first:
         if not os.path.exists(commit_path(table.path, version)):
             break  # older commits have aged out too
         actions = read_commit_actions(table.path, version, {"txn", "commitInfo"}) or []
@@ -247,31 +250,30 @@ def foreign_marker(table: TableLog, batch: BatchKey, generation: int) -> tuple[i
     return None
 
 
-def own_commit_below(
-    plan_log: PlanLog, table: TableLog, batch: BatchKey, marker: int
+def own_commit(
+    plan_log: PlanLog, table: TableLog, batch: BatchKey, top: int, floor: int
 ) -> tuple[int, CommitRecord | None] | None:
-    """Where another writer set ``batch``'s marker (at ``marker``, with no commit of the
-    batch's own behind it): the newest generation below or at it that a commit of the batch's
-    own landed all the same, with its record (repaired from the log), or with ``None`` when a
-    log cleanup took that commit and only the checkpoint still holds its files. ``None`` when
-    the table shows no commit of the batch's own.
+    """The newest generation above ``floor`` and up to ``top`` that a commit of ``batch``'s
+    own landed although its committer died before its record, with that record (repaired
+    from the log), or with ``None`` when a log cleanup took the commit and only the newest
+    checkpoint still holds its files. ``None`` when the table shows no such commit.
 
-    Its committer died before its record, so nothing but the table tells; this is asked only
-    when a foreign marker would otherwise be blamed, and reads the log once per generation.
+    Asked only where the marker does not tell (another writer set it, or it expired); reads
+    the log once per generation, and the checkpoint once.
     """
-    for generation in range(min(marker - 1, plan_log.newest_generation(batch.key)), -1, -1):
+    for generation in range(top, floor, -1):
         record = repair_record(plan_log, table, batch, generation)
         if record is not None:
             return generation, record
+    if top <= floor:
+        return None
     # Staged files reach a checkpoint only through a commit of the batch's own: their
-    # attempt folder names the generation. Spelled as this engine spells paths, and as
-    # deltalake did (percent-encoding non-ASCII) for tables written before.
+    # attempt folder names the generation.
     folder = batch_dir(batch) + "/g"
-    spellings = tuple({uri_path(folder), deltalake_spelling(folder)})
     held = set()
-    for path in checkpoint_paths_under(table, spellings):
+    for path in checkpoint_paths_under(table, uri_path(folder)):
         m = _GENERATION_DIR.match(unquote(path)[len(folder) - 1 :])
-        if m and int(m.group(1)) <= marker:
+        if m and floor < int(m.group(1)) <= top:
             held.add(int(m.group(1)))
     return (max(held), None) if held else None
 

@@ -19,10 +19,9 @@ import json
 import logging
 import os
 import time
-import unicodedata
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
@@ -44,57 +43,15 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CHECKPOINT_INTERVAL = 100
 # RFC 3986 path characters that need no escaping; the Delta protocol stores ``add.path`` as
-# a URI, so '%', ' ', '#', '?', '[', ... are percent-encoded.
+# a URI, so '%', ' ', '#', '?', '[', non-ASCII, ... are percent-encoded, as delta-rs does.
+# The paths this engine commits hold only letters, digits and "._-=%/" (see
+# airflow_eod.spark.staging._ascii_partition_dirs): every writer spells those alike.
 _URI_SAFE = "/!$&'()*+,;=:@"
 
 
-def _as_is(c: str) -> bool:
-    """A non-ASCII character that Java's ``URI`` leaves unencoded in a path: any but the
-    C1 controls (``Character.isISOControl``) and the spaces (``Character.isSpaceChar``)."""
-    return ord(c) > 0x9F and unicodedata.category(c) not in ("Zs", "Zl", "Zp")
-
-
 def uri_path(path: str) -> str:
-    """A table-relative file path as the Delta log stores it, spelled as Delta Spark spells
-    it (Hadoop's ``Path.toUri().toString()``): ASCII percent-encoded, non-ASCII letters as
-    they are.
-
-    Delta Spark's VACUUM takes a live file's ``add`` path as that spelling of the file's
-    name: an ``add`` that spells ``part=日/...`` as ``part=%E6%97%A5/...`` (as delta-rs
-    does) names no file it lists, and VACUUM deletes the live file. Spelled this way,
-    both engines read the same file and Delta Spark's VACUUM keeps it."""
-    return "".join(c if _as_is(c) else quote(c, safe=_URI_SAFE) for c in path)
-
-
-def deltalake_spelling(path: str) -> str:
-    """A table-relative path as deltalake spells it in an ``add`` (non-ASCII percent-encoded
-    too), as tables written before this engine spelled paths like Delta Spark hold them."""
+    """A table-relative file path as the Delta log stores it (percent-encoded)."""
     return quote(path, safe=_URI_SAFE)
-
-
-def put_creating_commit(table_path: str, rendered: str, paths: Sequence[str]) -> bool:
-    """Put the commit that creates a table: ``rendered`` is that commit as ``deltalake``
-    wrote it elsewhere (its protocol follows the table's configuration), with each ``add``
-    respelled by :func:`uri_path`; ``False`` if another writer created the table first.
-
-    :param paths: the batch's file paths, table-relative and unencoded.
-    """
-    wanted = set(paths)
-    lines = []
-    for line in rendered.splitlines():
-        action = json.loads(line)
-        if "add" in action:
-            name = unquote(action["add"]["path"])
-            if name not in wanted:
-                raise ValueError(f"deltalake's creating commit names a file the batch has not: {name}")
-            wanted.discard(name)
-            action["add"]["path"] = uri_path(name)
-        lines.append(json.dumps(action))
-    if wanted:
-        raise ValueError(f"deltalake's creating commit lacks {len(wanted)} of the batch's files")
-    target = commit_path(table_path, 0)
-    under(table_path, "_delta_log", os.path.basename(target))  # never through a link out
-    return put_if_absent(target, "\n".join(lines) + "\n")
 
 
 def _add(a: AddAction) -> dict[str, Any]:

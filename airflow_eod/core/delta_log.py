@@ -570,9 +570,9 @@ def checkpoint_holds(
     return None
 
 
-def checkpoint_paths_under(table: TableLog, prefixes: tuple[str, ...]) -> list[str]:
+def checkpoint_paths_under(table: TableLog, prefix: str) -> list[str]:
     """The paths (as the log stores them) of the newest checkpoint's adds and removes that
-    start with one of ``prefixes``: files that were part of the table, live or removed since,
+    start with ``prefix``: files that were part of the table, live or removed since,
     whose commits a log cleanup may have taken. Empty when there is no checkpoint."""
     log_dir = os.path.join(table.path, _LOG)
     configuration = table.metadata().configuration
@@ -590,9 +590,7 @@ def checkpoint_paths_under(table: TableLog, prefixes: tuple[str, ...]) -> list[s
                         continue
                     col = parquet.read(columns=[f"{action}.path"], use_threads=False).column(action)
                     paths = pc.struct_field(col, [0])
-                    hit = pc.fill_null(pc.starts_with(paths, prefixes[0]), False)
-                    for prefix in prefixes[1:]:
-                        hit = pc.or_(hit, pc.fill_null(pc.starts_with(paths, prefix), False))
+                    hit = pc.fill_null(pc.starts_with(paths, prefix), False)
                     found += [p for p in pc.filter(paths, hit).to_pylist() if p is not None]
             return found
         except FileNotFoundError:

@@ -257,9 +257,28 @@ class _Audit:
     def resolve(self) -> None:
         for b in self.batches.values():
             newest = max(b.records, default=None)
+            set_back = self._marker_set_back(b, newest)
             if newest is not None:
-                self._check_record(b, newest)
+                self._check_record(b, newest, set_back)
             b.generation = b.marker if b.marker is not None else newest  # the table is the truth
+            foreign = None
+            if b.generation is not None and b.generation not in b.records:
+                foreign = self.log.foreign.get((b.key.app_id, b.generation))
+            # Another writer set the marker: the batch's own newest commit (its record, or its
+            # commit in the log) is the table's word on its rows, not that marker.
+            own = self._own_newest(b) if set_back is not None or foreign is not None else None
+            if set_back is not None:
+                op = self.log.operations.get(set_back, "no commitInfo")
+                back = f"set it back below the batch's own newest generation, {own}"
+                say_back: dict[str, Any] = {"gen": b.marker, "version": set_back, "op": op, "own": back}
+                self.add("marker_set_by_another_writer", b.key, **say_back)
+            elif foreign is not None:
+                op = self.log.operations.get(foreign, "no commitInfo")
+                said = "it was never loaded" if own is None else f"its own newest generation is {own}"
+                say: dict[str, Any] = {"gen": b.generation, "version": foreign, "op": op, "own": said}
+                self.add("marker_set_by_another_writer", b.key, **say)
+            if own is not None:
+                b.generation = own
             if b.generation is None:
                 continue
             b.old_files = {f for g, body in b.records.items() if g != b.generation for f in body["files"]}
@@ -272,17 +291,26 @@ class _Audit:
             else:  # no record, and its commit left the log: its directory is all there is to go on
                 prefix = f"{DATA_DIR}/{b.key.pipeline_id}/{b.key.key}/g{b.generation}-"
                 b.files = sorted(p for p in self.live if p.startswith(prefix))
-            foreign = self.log.foreign.get((b.key.app_id, b.generation))
-            if record is None and foreign is not None:
-                op = self.log.operations.get(foreign, "no commitInfo")
-                own = max((g for g in b.records if g < b.generation), default=None)
-                said = "it was never loaded" if own is None else f"its own newest generation is {own}"
-                say: dict[str, Any] = {"gen": b.generation, "version": foreign, "op": op, "own": said}
-                self.add("marker_set_by_another_writer", b.key, **say)
-            elif not self._marker_expiring(b) and record is None:
+            if foreign is None and own is None and not self._marker_expiring(b) and record is None:
                 self.add("record_missing", b.key, gen=b.generation)
 
-    def _check_record(self, b: _Batch, gen: int) -> None:
+    def _own_newest(self, b: _Batch) -> int | None:
+        """The newest generation of ``b`` that a commit of its own landed: its record, or its
+        commit with the batch's manifest in the log."""
+        return max({*b.records, *(g for a, g in self.log.owned if a == b.key.app_id)}, default=None)
+
+    def _marker_set_back(self, b: _Batch, newest: int | None) -> int | None:
+        """The commit of another writer that set ``b``'s marker back below the generation of
+        its newest record, whose own commit (with the batch's manifest) is in the log; else
+        ``None``."""
+        if b.marker is None or newest is None or newest <= b.marker:
+            return None
+        setter = self.log.set_by.get(b.key.app_id)
+        if setter is None or setter[1] or (b.key.app_id, newest) not in self.log.owned:
+            return None
+        return setter[0]
+
+    def _check_record(self, b: _Batch, gen: int, set_back: int | None = None) -> None:
         where, version = b.where[gen], int(b.records[gen]["table_version"])
         carried = self.log.commits.get(version)
         # Only commits past the checkpoint are the table's word (see table_facts.read_log_facts).
@@ -291,7 +319,7 @@ class _Audit:
             say = {"record": where, "gen": gen, "version": version}
             said = f"marker generation(s) {found}" if found else "no marker of the batch"
             self.add("record_without_marker_commit", b.key, [where], found=said, **say)
-        if b.marker is not None and b.marker < gen:
+        if b.marker is not None and b.marker < gen and set_back is None:
             why = f"is of generation {gen}, but the table's marker is at generation {b.marker}"
             self.add("corrupt_record", b.key, [where], record=where, why=why)
         landed = self.log.landed.get((b.key.app_id, gen))
@@ -486,16 +514,17 @@ class _Audit:
         # (an OPTIMIZE or MERGE put them together): whose rows they were, the log cannot tell.
         mixed_deletes: dict[int, int] = {}
         mixed: set[str] = set()  # files holding batch rows and another writer's rows
+        theirs_mixed = 0  # other writers' rows that went into such files (rows folded in)
         for v, (added, removed) in sorted(self.log.changes.items()):
             touched = carrier & set(removed)
             if v not in ours and touched:
                 # Other writers' files it rewrote, counted before its output joins the carriers
                 # (a file it added back in place with a deletion vector is one of them too).
                 carried = self.log.removed_hidden.get(v, {})
-                for f in removed:
-                    if f not in carrier and not f.startswith(f"{DATA_DIR}/"):
-                        rows = file_rows(self.path, f, self.log.adds.get(f, (0, True, None))[2])
-                        folded[f] = None if rows is None else rows - carried.get(f, 0)
+                theirs_in = [f for f in removed if f not in carrier and not f.startswith(f"{DATA_DIR}/")]
+                for f in theirs_in:
+                    rows = file_rows(self.path, f, self.log.adds.get(f, (0, True, None))[2])
+                    folded[f] = None if rows is None else rows - carried.get(f, 0)
                 carrier.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
                 inserts = self._merge_inserts(v, added, removed)
                 inserted += inserts
@@ -504,8 +533,9 @@ class _Audit:
                 # it deletes a row: a file of batch rows alone lost one of them).
                 if touched <= mixed and (gone := self._rows_deleted(v)):
                     mixed_deletes[v] = gone
-                theirs_in = [f for f in removed if f in folded or f in mixed]
-                mixed.update(self._mixed_outputs(added, theirs_in, everywhere=bool(inserts)))
+                outputs, into = self._mixing(v, added, touched, theirs_in, mixed, everywhere=bool(inserts))
+                mixed.update(outputs)
+                theirs_mixed += sum(folded[f] or 0 for f in into)
         others = [self.rows[f] for f in theirs if f not in carrier]
         unknown = [b for b in committed if b.rows is None]
         # A batch without a recorded count whose files are all live is left out of the count
@@ -540,26 +570,46 @@ class _Audit:
         say: dict[str, Any] = dict(total=total, batches=len(committed), recorded=recorded, others=other)
         diff = total - recorded - other
         # Rows a DELETE took from mixed files may have been the other writers' rows, but no
-        # more of them than other writers ever put into files that held batch rows.
-        theirs_mixed = sum(r or 0 for r in folded.values()) + inserted
-        if diff < 0 and -diff <= min(sum(mixed_deletes.values()), theirs_mixed):
+        # more of them than other writers ever put into such files.
+        if diff < 0 and -diff <= min(sum(mixed_deletes.values()), theirs_mixed + inserted):
             versions = ", ".join(str(v) for v in mixed_deletes)
             self.add("rows_deleted_unattributed", None, diff=-diff, versions=versions, **say)
         elif diff:
             self.add("row_total_mismatch", None, diff=abs(diff), more=("fewer", "more")[diff > 0], **say)
 
-    def _mixed_outputs(self, added: list[str], theirs_in: list[str], *, everywhere: bool) -> list[str]:
-        """The files a rewrite of batch rows ``added`` that may hold another writer's rows too:
-        those in a partition of one of ``theirs_in`` (its inputs that held such rows; Delta
-        rewrites never move a row to another partition), or all of them when a MERGE inserted
-        rows (``everywhere``) or a partition is not known."""
+    def _mixing(
+        self,
+        version: int,
+        added: list[str],
+        touched: set[str],
+        theirs_in: list[str],
+        mixed: set[str],
+        *,
+        everywhere: bool,
+    ) -> tuple[list[str], list[str]]:
+        """What another writer's rewrite of batch-row files (commit ``version``) mixed: the
+        files it ``added`` that may hold batch rows and another writer's rows together, and
+        which of the other writers' files it rewrote (``theirs_in``) went into them.
+        ``mixed``: the files found mixed so far.
+
+        An OPTIMIZE or a DELETE keeps every row in its partition: only outputs in a partition
+        where both batch rows (``touched``, which includes mixed files) and another writer's
+        rows came in are mixed. An UPDATE may move rows to another partition and a MERGE
+        (``everywhere``: it inserted rows) may put them anywhere, as may a partition that is
+        not known: then every output is."""
         outputs = [f for f in added if not f.startswith(f"{DATA_DIR}/")]
-        if not theirs_in:
-            return outputs if everywhere else []
-        parts = {self.log.partitions.get(f) for f in theirs_in}
-        if everywhere or None in parts:
-            return outputs
-        return [f for f in outputs if self.log.partitions.get(f) in parts]
+        came_in = theirs_in + [f for f in touched if f in mixed]
+        if not came_in and not everywhere:
+            return [], []
+        part = self.log.partitions.get
+        if (
+            everywhere
+            or self.log.operations.get(version) not in ("OPTIMIZE", "DELETE")
+            or any(part(f) is None for f in [*touched, *theirs_in, *outputs])
+        ):
+            return outputs, theirs_in
+        both = {part(f) for f in touched} & {part(f) for f in came_in}
+        return [f for f in outputs if part(f) in both], [f for f in theirs_in if part(f) in both]
 
     def _rows_deleted(self, version: int) -> int:
         """The rows another writer's DELETE or MERGE (commit ``version``) deleted: its

@@ -241,6 +241,8 @@ class LogFacts:
         vector had rows of hidden -> how many.
     :param partitions: decoded path -> the partition values its newest add or remove gives
         (``None`` when that action gives none).
+    :param set_by: appId -> (version, whether it carries a manifest of that batch) of the
+        newest commit in the log that set its marker.
     """
 
     checkpoint: int = -1
@@ -258,6 +260,7 @@ class LogFacts:
     owned: set[tuple[str, int]] = field(default_factory=set)
     removed_hidden: dict[int, dict[str, int]] = field(default_factory=dict)
     partitions: dict[str, frozenset[tuple[str, Any]] | None] = field(default_factory=dict)
+    set_by: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
 
 def _partition_values(action: dict[str, Any]) -> frozenset[tuple[str, Any]] | None:
@@ -366,6 +369,9 @@ def _commit_facts(v: int, actions: list[dict[str, Any]], out: LogFacts) -> None:
         out.removed_hidden[v] = gone
     for txn_key in txns:
         batch = BatchKey.from_app_id(txn_key[0])
+        own = batch is not None and manifest is not None and manifest.batch_key == batch.key
+        if v > out.checkpoint:  # as for the markers: the checkpoint's word below it
+            out.set_by[txn_key[0]] = (v, own)
         if batch is not None and (manifest is None or manifest.batch_key != batch.key):
             # Another writer's write with a batch's app id: never the batch's landing, and
             # foreign only while no commit of the batch's own set the same marker.

@@ -7,8 +7,9 @@ statistics and partition values are read back from the footers and the directory
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchRefusedError, UnsafePathError
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 # Types whose partition directory name is also the Delta partition value string.
 PARTITION_TYPES = ("string", "integer", "long", "short", "byte", "date", "boolean")
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+# What a partition directory keeps as it is; anything else is percent-encoded (see
+# _ascii_partition_dirs). '%' stays: Spark's own escapes are already in that form.
+_PLAIN = re.compile(r"[A-Za-z0-9._=%-]*")
 
 
 def _check_partitions(df: DataFrame, partition_by: list[str], label: str) -> None:
@@ -37,6 +41,23 @@ def _check_partitions(df: DataFrame, partition_by: list[str], label: str) -> Non
             )
     if partition_by and len(partition_by) == len(types):
         raise BatchRefusedError(label, "every column is a partition column; keep at least one data column")
+
+
+def _ascii_partition_dirs(out: str) -> None:
+    """Rename the partition directories Spark wrote so that their names are plain ASCII:
+    ``customer=日`` becomes ``customer=%E6%97%A5``, the name deltalake itself writes.
+
+    Writers spell a file's path in the log differently (Delta Spark leaves non-ASCII
+    letters as they are, deltalake percent-encodes them), and each matches a ``remove`` to
+    its ``add`` by its own spelling: Delta Spark's VACUUM deletes live files whose ``add``
+    is spelled the other way, and deltalake's OPTIMIZE or DELETE leaves them live beside
+    their rewrite. Names of plain ASCII are spelled alike by all of them. The values read
+    back the same (:func:`urllib.parse.unquote` of the name), and the attempt's folder is
+    its own until the commit."""
+    for dirpath, dirs, _names in os.walk(out, topdown=False):
+        for name in dirs:
+            if "=" in name and not _PLAIN.fullmatch(name):
+                os.rename(os.path.join(dirpath, name), os.path.join(dirpath, quote(name, safe="=%")))
 
 
 def stage_dataframe(
@@ -60,6 +81,7 @@ def stage_dataframe(
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.save(f"file://{out}")
+    _ascii_partition_dirs(out)
     files: list[StagedFile] = []
     for dirpath, _dirs, names in os.walk(out):
         for name in sorted(names):

@@ -885,6 +885,13 @@ class ChaosMachine(RuleBasedStateMachine):
         if not _exists(uri):
             return
         table = DeltaTable(uri)
+        if what == "optimize" and any(not f.isascii() for f in table.file_uris()):
+            # deltalake's (1.6) OPTIMIZE leaves a file Delta Spark wrote under a non-ASCII
+            # partition value live beside its rewrite (it spells the remove percent-encoded):
+            # every batch row in it twice. A defect of deltalake's, stated in
+            # docs/guarantee.md; airflow-eod's own files are plain ASCII on disk.
+            REPORT.count("events", "writer_optimize_skipped_deltalake_defect")
+            return
         if what == "optimize":
             table.optimize.compact()
         elif what == "vacuum":
