@@ -103,3 +103,43 @@ def _adds(table: str) -> list[dict[str, Any]]:
         if name.endswith(".json"):
             adds += [json.loads(line)["add"] for line in open(os.path.join(log_dir, name)) if '"add"' in line]
     return adds
+
+
+def test_partition_folders_are_plain_ascii_and_values_read_back(spark: Any, tmp_path: Any) -> None:
+    """Odd partition values (non-ASCII, a space, '%', '+', '=', a two-level partition with a
+    non-ASCII column name) are staged in folders of plain ASCII, every writer's spelling of
+    which is the same, and the table's partition values are the values themselves."""
+    from airflow_eod.core.errors import BatchRefusedError
+
+    landing, table = str(tmp_path / "landing"), str(tmp_path / "table")
+    values = ["日本", "é", "ü ß", "a%b", "a+b", "k=v", "plain"]
+    rows = [(i, v, "ç" if i % 2 else "x") for i, v in enumerate(values)]
+    spark.createDataFrame(rows, "i INT, region STRING, `zoné` STRING").coalesce(1).write.parquet(
+        f"file://{landing}"
+    )
+    source = LandingFilesSource(path=landing, file_format="parquet", pattern="*.parquet")
+    plan = source.plan(PlanLog(table, "tests.odd"), run_token="r", is_committed=lambda k: False)
+    assert plan is not None
+    result = run_load(spark, spec_for(source, table, plan, partition_by=["region", "zoné"]))
+    assert result.outcome == "committed" and result.rows == len(values)
+    paths = [a["path"] for a in _adds(table)]
+    assert all(p.isascii() and " " not in p for p in paths), paths
+    on_disk = [os.path.relpath(os.path.join(d, n), table) for d, _, ns in os.walk(table) for n in ns]
+    assert all(p.isascii() for p in on_disk if p.endswith(".parquet")), on_disk
+    got = pa.table(DeltaTable(table).to_pyarrow_table()).to_pylist()
+    assert sorted((r["i"], r["region"], r["zoné"]) for r in got) == rows
+    parts = {(a["partitionValues"]["region"], a["partitionValues"]["zoné"]) for a in _adds(table)}
+    assert parts == {(v, z) for _, v, z in rows}
+
+    # A value whose folder name would be longer than a file name may be once percent-encoded
+    # (80 CJK letters: 240 bytes as they are, 720 encoded) is refused, naming the batch.
+    long_landing = str(tmp_path / "long")
+    spark.createDataFrame([(1, "日" * 80)], "i INT, region STRING").write.parquet(f"file://{long_landing}")
+    source = LandingFilesSource(path=long_landing, file_format="parquet", pattern="*.parquet")
+    other = str(tmp_path / "other")
+    plan = source.plan(PlanLog(other, "tests.long"), run_token="r", is_committed=lambda k: False)
+    assert plan is not None
+    with pytest.raises(BatchRefusedError, match=r"tests\.long.*percent-encoded.*255") as err:
+        run_load(spark, spec_for(source, other, plan, partition_by=["region"]))
+    assert not err.value.retryable
+    assert not os.path.exists(os.path.join(other, "_delta_log")), "nothing was committed"

@@ -43,7 +43,7 @@ def _check_partitions(df: DataFrame, partition_by: list[str], label: str) -> Non
         raise BatchRefusedError(label, "every column is a partition column; keep at least one data column")
 
 
-def _ascii_partition_dirs(out: str) -> None:
+def _ascii_partition_dirs(out: str, label: str) -> None:
     """Rename the partition directories Spark wrote so that their names are plain ASCII:
     ``customer=日`` becomes ``customer=%E6%97%A5``, the name deltalake itself writes.
 
@@ -57,7 +57,15 @@ def _ascii_partition_dirs(out: str) -> None:
     for dirpath, dirs, _names in os.walk(out, topdown=False):
         for name in dirs:
             if "=" in name and not _PLAIN.fullmatch(name):
-                os.rename(os.path.join(dirpath, name), os.path.join(dirpath, quote(name, safe="=%")))
+                plain = quote(name, safe="=%")
+                if len(plain) > 255:
+                    raise BatchRefusedError(
+                        label,
+                        f"the partition folder {name!r} is {len(plain)} characters long once "
+                        "percent-encoded, more than a file name may be (255); use shorter partition "
+                        "values. Nothing was committed",
+                    )
+                os.rename(os.path.join(dirpath, name), os.path.join(dirpath, plain))
 
 
 def stage_dataframe(
@@ -81,7 +89,7 @@ def stage_dataframe(
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.save(f"file://{out}")
-    _ascii_partition_dirs(out)
+    _ascii_partition_dirs(out, batch.label)
     files: list[StagedFile] = []
     for dirpath, _dirs, names in os.walk(out):
         for name in sorted(names):
