@@ -6,7 +6,6 @@ defect (their docstring says what happens); the others cover attacks that held.
 
 from __future__ import annotations
 
-import json
 import os
 import types
 from typing import Any
@@ -21,6 +20,9 @@ from airflow_eod.core.table_audit import audit_table
 from airflow_eod.examples.compare import read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
+from tests.delta_spark_helpers import findings as _findings
+from tests.delta_spark_helpers import log_commit as _commit
+from tests.delta_spark_helpers import sql_on as _sql
 from tests.helpers import check, orders_source, plan_for, spec_for
 from tests.test_delta_spark_engine import pytestmark as delta_spark_tier
 
@@ -37,10 +39,6 @@ MERGE_DELETING_1003_INSERTING_ONE = (
     "WHEN NOT MATCHED THEN INSERT (order_id, customer, amount, order_date, ordered_at) "
     "VALUES (s.order_id, 'new', 1.00, DATE'2026-11-01', TIMESTAMP'2026-11-01 00:00:00')"
 )
-
-
-def _sql(spark: Any, text: str, table: str) -> list[Any]:
-    return list(spark.sql(text.format(t=f"delta.`{table}`")).collect())
 
 
 def _load(spark: Any, landing: str, table: str, n: int, *, engine: str = "delta-rs", **kw: Any) -> Any:
@@ -62,15 +60,6 @@ def _retry(spark: Any, landing: str, table: str, plan: Any, engine: str = "delta
 
 def _log(table: str) -> list[str]:
     return sorted(os.listdir(os.path.join(table, "_delta_log")))
-
-
-def _commit(table: str, v: int) -> list[dict[str, Any]]:
-    with open(os.path.join(table, "_delta_log", f"{v:020d}.json")) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _findings(report: Any) -> list[str]:
-    return [f"{f.severity}:{f.kind}:{f.message}" for f in report.findings]
 
 
 def _dv_table_with_a_batch(spark: Any, table: str, landing: str) -> Any:

@@ -8,7 +8,6 @@ was seen), all fixed since; the others are attacks that held.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -20,6 +19,10 @@ from airflow_eod.core.errors import ForeignMarkerError
 from airflow_eod.core.table_audit import audit_table
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.spark.load_job import run_load
+from tests.delta_spark_helpers import findings as _findings
+from tests.delta_spark_helpers import log_commit as _commit
+from tests.delta_spark_helpers import spark_ids as _ids
+from tests.delta_spark_helpers import sql_on as _sql
 from tests.helpers import check, orders_source, plan_for, spec_for
 from tests.test_adversary_i19 import MERGE_DELETING_1003_INSERTING_ONE
 from tests.test_delta_spark_engine import pytestmark as delta_spark_tier
@@ -28,10 +31,6 @@ pytestmark = delta_spark_tier
 
 ORDERS = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"
 DV = "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
-
-
-def _sql(spark: Any, text: str, table: str) -> list[Any]:
-    return list(spark.sql(text.format(t=f"delta.`{table}`")).collect())
 
 
 def _create(spark: Any, table: str, props: str = DV) -> None:
@@ -58,22 +57,8 @@ def _theirs(spark: Any, tmp: Any, table: str, first_id: int, rows: int = 5, **op
     writer.save(table)
 
 
-def _ids(spark: Any, table: str) -> list[int]:
-    spark.catalog.clearCache()
-    return sorted(r[0] for r in spark.read.format("delta").load(table).select("order_id").collect())
-
-
-def _commit(table: str, v: int) -> list[dict[str, Any]]:
-    with open(os.path.join(table, "_delta_log", f"{v:020d}.json")) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def _last(table: str) -> list[dict[str, Any]]:
     return _commit(table, DeltaTable(table).version())
-
-
-def _findings(report: Any) -> list[str]:
-    return [f"{f.severity}:{f.kind}:{f.batch_key}:{f.message[:240]}" for f in report.findings]
 
 
 def _dv_in_place(actions: list[dict[str, Any]]) -> set[str]:

@@ -19,6 +19,13 @@ from deltalake import DeltaTable
 from airflow_eod.core.ask import ask
 from airflow_eod.core.table_audit import audit_table
 from airflow_eod.spark.load_job import run_load
+from tests.delta_spark_helpers import findings as _findings
+from tests.delta_spark_helpers import load_rows as _load_rows
+from tests.delta_spark_helpers import log_commit as _commit
+from tests.delta_spark_helpers import spark_append as _theirs
+from tests.delta_spark_helpers import spark_ids as _ids
+from tests.delta_spark_helpers import sql_on as _sql
+from tests.delta_spark_helpers import write_rows as _write_rows
 from tests.helpers import check, orders_source, plan_for, restate, spec_for
 from tests.test_delta_spark_engine import pytestmark as delta_spark_tier
 
@@ -48,19 +55,6 @@ ODD = [
     "ü ß 日本",
     "100%",
 ]
-
-
-def _sql(spark: Any, text: str, table: str) -> list[Any]:
-    return list(spark.sql(text.format(t=f"delta.`{table}`")).collect())
-
-
-def _commit(table: str, v: int) -> list[dict[str, Any]]:
-    with open(os.path.join(table, "_delta_log", f"{v:020d}.json")) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _findings(report: Any) -> list[str]:
-    return [f"{f.severity}:{f.kind}:{f.message[:300]}" for f in report.findings]
 
 
 def _write_odd(landing: str, values: list[str], name: str = "orders-odd.csv", first: int = 1) -> None:
@@ -116,49 +110,6 @@ def test_restating_odd_partition_paths(spark: Any, landing: str, table: str, fir
         _same_for_both(spark, table, landing)
     report = audit_table(table)
     assert report.ok, _findings(report)
-
-
-def _write_rows(landing: str, rows: list[tuple[int, str]], name: str) -> None:
-    """One landing file with the rows (order_id, customer)."""
-    os.makedirs(landing, exist_ok=True)
-    with open(os.path.join(landing, name), "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["order_id", "customer", "amount", "order_date", "ordered_at"])
-        for order_id, who in rows:
-            w.writerow([order_id, who, "1.50", "2026-11-01", "2026-11-01T10:00:00.000000Z"])
-
-
-def _load_rows(spark: Any, landing: str, table: str, rows: list[tuple[int, str]], n: int, **kw: Any) -> Any:
-    _write_rows(landing, rows, f"orders-{n:03d}.csv")
-    source = orders_source(landing)
-    plan = plan_for(source, table, run=f"run-{n}")
-    got = run_load(spark, spec_for(source, table, plan, **kw))
-    assert got.outcome == "committed" and got.rows == len(rows), got
-    return plan
-
-
-def _theirs(spark: Any, table: str, rows: list[tuple[int, str]], **options: str) -> None:
-    """Another writer's Delta Spark append of ``rows`` (order_id, customer), one file."""
-    df = (
-        spark.createDataFrame([(i, who) for i, who in rows], "order_id INT, customer STRING")
-        .selectExpr(
-            "order_id",
-            "customer",
-            "CAST(1.00 AS DECIMAL(10,2)) AS amount",
-            "DATE'2026-11-01' AS order_date",
-            "TIMESTAMP'2026-11-01 00:00:00' AS ordered_at",
-        )
-        .coalesce(1)
-    )
-    writer = df.write.format("delta").mode("append")
-    for k, v in options.items():
-        writer = writer.option(k, v)
-    writer.save(table)
-
-
-def _ids(spark: Any, table: str) -> list[int]:
-    spark.catalog.clearCache()
-    return sorted(r[0] for r in spark.read.format("delta").load(table).select("order_id").collect())
 
 
 # == 2. The ask: a foreign marker above a generation whose record our crash never wrote ====

@@ -9,86 +9,29 @@ failed before the fix it names; the others are attacks that held.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from typing import Any
 
-import pyarrow as pa
 import pytest
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
 from airflow_eod.core.table_audit import audit_table
 from airflow_eod.spark.load_job import run_load
+from tests.delta_spark_helpers import findings as _findings
+from tests.delta_spark_helpers import load_rows as _load_rows
+from tests.delta_spark_helpers import set_marker as _foreign_marker
+from tests.delta_spark_helpers import spark_append as _theirs
+from tests.delta_spark_helpers import spark_ids as _ids
+from tests.delta_spark_helpers import sql_on as _sql
+from tests.delta_spark_helpers import write_rows as _write_rows
 from tests.helpers import check, orders_source, plan_for, restate, spec_for
 from tests.test_delta_spark_engine import pytestmark as delta_spark_tier
 
 pytestmark = delta_spark_tier
 
 ORDERS = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"
-
-
-def _sql(spark: Any, text: str, table: str) -> list[Any]:
-    return list(spark.sql(text.format(t=f"delta.`{table}`")).collect())
-
-
-def _findings(report: Any) -> list[str]:
-    return [f"{f.severity}:{f.kind}:{f.message[:1500]}" for f in report.findings]
-
-
-def _write_rows(landing: str, rows: list[tuple[int, str]], name: str) -> None:
-    os.makedirs(landing, exist_ok=True)
-    with open(os.path.join(landing, name), "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["order_id", "customer", "amount", "order_date", "ordered_at"])
-        for order_id, who in rows:
-            w.writerow([order_id, who, "1.50", "2026-11-01", "2026-11-01T10:00:00.000000Z"])
-
-
-def _load_rows(spark: Any, landing: str, table: str, rows: list[tuple[int, str]], n: int, **kw: Any) -> Any:
-    _write_rows(landing, rows, f"orders-{n:03d}.csv")
-    source = orders_source(landing)
-    plan = plan_for(source, table, run=f"run-{n}")
-    got = run_load(spark, spec_for(source, table, plan, **kw))
-    assert got.outcome == "committed" and got.rows == len(rows), got
-    return plan
-
-
-def _theirs(spark: Any, table: str, rows: list[tuple[int, str]], **options: str) -> None:
-    """Another writer's Delta Spark append of ``rows`` (order_id, customer), one file."""
-    df = (
-        spark.createDataFrame(list(rows), "order_id INT, customer STRING")
-        .selectExpr(
-            "order_id",
-            "customer",
-            "CAST(1.00 AS DECIMAL(10,2)) AS amount",
-            "DATE'2026-11-01' AS order_date",
-            "TIMESTAMP'2026-11-01 00:00:00' AS ordered_at",
-        )
-        .coalesce(1)
-    )
-    writer = df.write.format("delta").mode("append")
-    for k, v in options.items():
-        writer = writer.option(k, v)
-    writer.save(table)
-
-
-def _ids(spark: Any, table: str) -> list[int]:
-    spark.catalog.clearCache()
-    return sorted(r[0] for r in spark.read.format("delta").load(table).select("order_id").collect())
-
-
-def _foreign_marker(table: str, app_id: str, version: int) -> None:
-    """Another writer (delta-rs, which does not skip a known txn version as Delta Spark does)
-    appends nothing with the txn (app_id, version)."""
-    schema = pa.schema(DeltaTable(table).schema().to_arrow())
-    write_deltalake(
-        table,
-        pa.Table.from_pylist([], schema=schema),
-        mode="append",
-        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
-    )
 
 
 # == 1. The ask: a restatement that died before its record, then a foreign marker ==========
@@ -287,7 +230,7 @@ def test_odd_partition_values_old_and_new_spellings_restated_then_vacuumed(
     with monkeypatch.context() as m:
         # As before the staged folders were made ASCII: customer=日 on disk, and the add
         # spelling it percent-encoded.
-        m.setattr(staging, "_ascii_partition_dirs", lambda out: None)
+        m.setattr(staging, "_ascii_partition_dirs", lambda out, label: None)
         got = run_load(spark, spec_for(source, table, plan1, partition_by=["customer"]))
     assert got.outcome == "committed" and got.rows == len(STRANGE), got
     old = [a["add"]["path"] for a in _last_commit(table) if "add" in a]

@@ -156,7 +156,7 @@ def judge(plan_log: PlanLog, table: TableLog, batch: BatchKey, record: CommitRec
             )
         return record
     marker = table.transaction_version(batch.app_id)
-    if marker is not None and marker < record.generation:
+    if marker is not None and marker < record.generation and not _set_back(table, batch, record, marker):
         raise CorruptRecordError(
             f"batch {batch.label}: commit record {where} says generation {record.generation} landed at "
             f"table version {record.table_version}, but the table's marker of the batch is at "
@@ -164,6 +164,17 @@ def judge(plan_log: PlanLog, table: TableLog, batch: BatchKey, record: CommitRec
             "again (see the runbook, 'a corrupt commit record')"
         )
     return record
+
+
+def _set_back(table: TableLog, batch: BatchKey, record: CommitRecord, marker: int) -> bool:
+    """Whether the table's marker of ``batch`` (``marker``, below ``record``'s generation) is
+    one another writer set back after ``record``'s commit, which the table holds: its first
+    file is in the checkpoint (live, or removed since), or the log shows that other writer.
+    A stale writer's commit in a hole below the checkpoint has neither."""
+    first = uri_path(record.files[0]) if record.files else None
+    if checkpoint_holds(table, record.table_version, first, batch.app_id, record.generation) is True:
+        return True
+    return foreign_marker(table, batch, marker) is not None
 
 
 def newest_record(plan_log: PlanLog, table: TableLog, batch: BatchKey) -> CommitRecord | None:

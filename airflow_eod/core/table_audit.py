@@ -268,7 +268,9 @@ class _Audit:
             # commit in the log) is the table's word on its rows, not that marker.
             own = self._own_newest(b) if set_back is not None or foreign is not None else None
             if set_back is not None:
-                op = self.log.operations.get(set_back, "no commitInfo")
+                op = "no longer in the log"
+                if isinstance(set_back, int):
+                    op = self.log.operations.get(set_back, "no commitInfo")
                 back = f"set it back below the batch's own newest generation, {own}"
                 say_back: dict[str, Any] = {"gen": b.marker, "version": set_back, "op": op, "own": back}
                 self.add("marker_set_by_another_writer", b.key, **say_back)
@@ -299,18 +301,21 @@ class _Audit:
         commit with the batch's manifest in the log."""
         return max({*b.records, *(g for a, g in self.log.owned if a == b.key.app_id)}, default=None)
 
-    def _marker_set_back(self, b: _Batch, newest: int | None) -> int | None:
-        """The commit of another writer that set ``b``'s marker back below the generation of
-        its newest record, whose own commit (with the batch's manifest) is in the log; else
-        ``None``."""
+    def _marker_set_back(self, b: _Batch, newest: int | None) -> int | str | None:
+        """The commit (``"?"``: no longer in the log) of another writer that set ``b``'s
+        marker back below the generation of its newest record, whose own commit is the
+        table's (in the log with the batch's manifest, or its files live); else ``None``."""
         if b.marker is None or newest is None or newest <= b.marker:
             return None
-        setter = self.log.set_by.get(b.key.app_id)
-        if setter is None or setter[1] or (b.key.app_id, newest) not in self.log.owned:
+        files = b.records[newest].get("files") or []
+        if (b.key.app_id, newest) not in self.log.owned and not any(f in self.live for f in files):
             return None
-        return setter[0]
+        setter = self.log.set_by.get(b.key.app_id)
+        if setter is not None and setter[1]:
+            return None  # the batch's own commit set it last: the record is wrong
+        return "?" if setter is None else setter[0]
 
-    def _check_record(self, b: _Batch, gen: int, set_back: int | None = None) -> None:
+    def _check_record(self, b: _Batch, gen: int, set_back: int | str | None = None) -> None:
         where, version = b.where[gen], int(b.records[gen]["table_version"])
         carried = self.log.commits.get(version)
         # Only commits past the checkpoint are the table's word (see table_facts.read_log_facts).

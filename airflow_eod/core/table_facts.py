@@ -370,8 +370,7 @@ def _commit_facts(v: int, actions: list[dict[str, Any]], out: LogFacts) -> None:
     for txn_key in txns:
         batch = BatchKey.from_app_id(txn_key[0])
         own = batch is not None and manifest is not None and manifest.batch_key == batch.key
-        if v > out.checkpoint:  # as for the markers: the checkpoint's word below it
-            out.set_by[txn_key[0]] = (v, own)
+        out.set_by[txn_key[0]] = (v, own)
         if batch is not None and (manifest is None or manifest.batch_key != batch.key):
             # Another writer's write with a batch's app id: never the batch's landing, and
             # foreign only while no commit of the batch's own set the same marker.
