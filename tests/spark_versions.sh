@@ -7,7 +7,8 @@
 # Spark 4.x is a release the Airflow worker itself may run (pyproject.toml's pyspark range).
 # Spark 3.5 is one a cluster may run: the Apache Spark provider needs pyspark-client >= 4 on
 # the worker, so a 3.5 venv holds the provider without its dependencies, as the Python that
-# a 3.5 cluster's driver uses would (docs/deployment.md, "Spark 3.5 clusters").
+# a 3.5 cluster's driver uses would (docs/deployment.md, "Spark 3.5 clusters"); pandas too,
+# which pyspark 3.5's mapInArrow (a test's transform) needs and 4.x does not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -22,7 +23,7 @@ for version in "$@"; do
         "$venv/bin/pip" install --quiet "pyspark==$version" 'deltalake>=1.6,<1.7' 'pyarrow>=15' \
           'pendulum>=3,<4' 'apache-airflow[postgres]>=3.1,<3.4' 'apache-airflow-providers-openlineage>=2.0' \
           'apache-airflow-providers-common-compat>=1.23.0' 'grpcio-status>=1.67.0' pytest hypothesis \
-          psycopg2-binary jsonschema psutil
+          psycopg2-binary jsonschema psutil pandas
         "$venv/bin/pip" install --quiet --no-deps 'apache-airflow-providers-apache-spark>=6.3,<6.4' -e .
         ;;
       *)
