@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -13,6 +14,10 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from airflow_eod.spark.load_job import run_load
 from tests.helpers import orders_source, plan_for, spec_for
+
+# The Delta Spark release on the classpath (tests/conftest.py): 4 with Spark 4, 3 with 3.5.
+_JAR = re.search(r"delta-spark_[\d._]+-(\d+)\.", os.environ.get("EOD_DELTA_SPARK_JARS", ""))
+DELTA_MAJOR = int(_JAR.group(1)) if _JAR else 4
 
 
 def sql_on(spark: Any, text: str, table: str) -> list[Any]:

@@ -192,8 +192,10 @@ def test_a_run_with_conf_refreezes_a_changed_batch_without_a_dag_change(
     for name, value in (("LANDING_A", a), ("LANDING_B", b), ("TABLE_A", table_a), ("TABLE_B", table_b)):
         monkeypatch.setenv(f"EOD_TEST_RF_{name}", value)
     module = load_dag_file(os.path.join(DAGS, "eod_refreeze_test.py"))
-    frozen = module.dag.get_task("load_a").build_source().plan(
-        PlanLog(table_a, "rf.a"), run_token="crashed-run", is_committed=lambda k: False
+    frozen = (
+        module.dag.get_task("load_a")
+        .build_source()
+        .plan(PlanLog(table_a, "rf.a"), run_token="crashed-run", is_committed=lambda k: False)
     )
     assert frozen is not None
     _rewrite(a, 7, seed=99)

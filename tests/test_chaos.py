@@ -191,4 +191,3 @@ def test_delta_spark_as_the_other_writer_and_as_the_engine(
     spark_ops = {k: v for k, v in report.faults.items() if k.startswith("spark_")}
     assert sum(spark_ops.values()) >= trials, text
     assert report.events["committed_by_delta-spark"] > 0, text
-

@@ -714,9 +714,7 @@ MUTATIONS: list[tuple[str, str, Callable[[dict[str, Any]], None]]] = [
     (
         "secrets checked after the migration",
         "secrets",
-        _edit_init_script(
-            lambda s: "airflow db migrate\n" + s.replace("airflow db migrate\n", "", 1)
-        ),
+        _edit_init_script(lambda s: "airflow db migrate\n" + s.replace("airflow db migrate\n", "", 1)),
     ),
     ("a trial by default", "secrets", _edit_env(INIT_SERVICE, "EOD_LOCAL_TRIAL", "${EOD_LOCAL_TRIAL:-1}")),
     (
@@ -836,8 +834,18 @@ def check_runbook_clear(path: str, body: dict[str, Any]) -> None:
     assert not (parsed.include_past or parsed.include_future or parsed.start_date or parsed.end_date)
     # Only fields Airflow 3.1 (the lowest we support) knows too.
     assert set(body) <= {
-        "dry_run", "start_date", "end_date", "only_failed", "only_running", "reset_dag_runs", "task_ids",
-        "dag_run_id", "include_upstream", "include_downstream", "include_future", "include_past",
+        "dry_run",
+        "start_date",
+        "end_date",
+        "only_failed",
+        "only_running",
+        "reset_dag_runs",
+        "task_ids",
+        "dag_run_id",
+        "include_upstream",
+        "include_downstream",
+        "include_future",
+        "include_past",
     }, sorted(body)
 
 

@@ -26,6 +26,7 @@ from airflow_eod.core.table_layout import DATA_DIR
 from airflow_eod.examples.compare import Comparison, compare_rows, read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
+from tests.delta_spark_helpers import DELTA_MAJOR
 from tests.helpers import orders_source, plan_for, restate, spec_for
 from tests.test_delta_spark_engine import pytestmark as delta_spark_tier
 
@@ -33,9 +34,6 @@ pytestmark = delta_spark_tier
 
 ORDERS = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"
 ENGINES = ["delta-rs", "delta-spark"]
-# The Delta Spark release on the classpath (tests/conftest.py): 4 with Spark 4, 3 with 3.5.
-_JAR = re.search(r"delta-spark_[\d._]+-(\d+)\.", os.environ.get("EOD_DELTA_SPARK_JARS", ""))
-DELTA_MAJOR = int(_JAR.group(1)) if _JAR else 4
 
 
 # -- reading the table back ------------------------------------------------------------
@@ -135,9 +133,7 @@ def _identity_holds(spark: Any, t: str) -> None:
 
 
 def _change_feed_holds(spark: Any, t: str) -> None:
-    changes = (
-        spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(t)
-    )
+    changes = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(t)
     kinds = {r["_change_type"] for r in changes.select("_change_type").collect()}
     assert kinds == {"insert"}
     assert changes.count() == spark.read.format("delta").load(t).count()
@@ -211,43 +207,106 @@ def props(**kv: str) -> str:
 
 SUPPORTED = "supported"
 CASES = [
-    Case("deletionVectors", "deletionVectors", clauses=props(enableDeletionVectors="true"),
-         holds=_deletion_vectors_hold),
-    Case("columnMapping-name", "columnMapping", clauses=props(columnMapping__mode="name"),
-         holds=_column_mapping_holds("name"), delta_rs_writes=False),
-    Case("columnMapping-id", "columnMapping", clauses=props(columnMapping__mode="id"),
-         holds=_column_mapping_holds("id"), delta_rs_writes=False),
-    Case("rowTracking", "rowTracking", clauses=props(enableRowTracking="true"),
-         holds=_row_ids_hold, delta_rs_writes=False),
-    Case("v2Checkpoint", "v2Checkpoint", clauses=props(checkpointPolicy="v2", checkpointInterval="2"),
-         holds=_v2_checkpoints_hold, delta_rs_writes=False),
+    Case(
+        "deletionVectors",
+        "deletionVectors",
+        clauses=props(enableDeletionVectors="true"),
+        holds=_deletion_vectors_hold,
+    ),
+    Case(
+        "columnMapping-name",
+        "columnMapping",
+        clauses=props(columnMapping__mode="name"),
+        holds=_column_mapping_holds("name"),
+        delta_rs_writes=False,
+    ),
+    Case(
+        "columnMapping-id",
+        "columnMapping",
+        clauses=props(columnMapping__mode="id"),
+        holds=_column_mapping_holds("id"),
+        delta_rs_writes=False,
+    ),
+    Case(
+        "rowTracking",
+        "rowTracking",
+        clauses=props(enableRowTracking="true"),
+        holds=_row_ids_hold,
+        delta_rs_writes=False,
+    ),
+    Case(
+        "v2Checkpoint",
+        "v2Checkpoint",
+        clauses=props(checkpointPolicy="v2", checkpointInterval="2"),
+        holds=_v2_checkpoints_hold,
+        delta_rs_writes=False,
+    ),
     Case("clustering", "clustering", clauses="CLUSTER BY (order_id)", holds=_clustering_holds),
-    Case("checkConstraints", "checkConstraints",
-         after=("ALTER TABLE delta.`{t}` ADD CONSTRAINT positive_id CHECK (order_id > 0)",),
-         holds=_check_constraint_holds, delta_rs_writes=False),
-    Case("generatedColumns", "generatedColumns",
-         columns=ORDERS + ", order_year INT GENERATED ALWAYS AS (YEAR(order_date))",
-         holds=_generated_column_holds, delta_rs_writes=False,
-         not_on_delta3="Delta 3.3 on Spark 3.5 refuses generated columns in CREATE TABLE on a path"),
-    Case("identityColumns", "identityColumns",
-         columns="row_key BIGINT GENERATED ALWAYS AS IDENTITY, " + ORDERS,
-         holds=_identity_holds, delta_rs_writes=False,
-         not_on_delta3="Spark 3.5's SQL has no GENERATED ... AS IDENTITY"),
-    Case("changeDataFeed", "changeDataFeed", clauses=props(enableChangeDataFeed="true"),
-         holds=_change_feed_holds),
+    Case(
+        "checkConstraints",
+        "checkConstraints",
+        after=("ALTER TABLE delta.`{t}` ADD CONSTRAINT positive_id CHECK (order_id > 0)",),
+        holds=_check_constraint_holds,
+        delta_rs_writes=False,
+    ),
+    Case(
+        "generatedColumns",
+        "generatedColumns",
+        columns=ORDERS + ", order_year INT GENERATED ALWAYS AS (YEAR(order_date))",
+        holds=_generated_column_holds,
+        delta_rs_writes=False,
+        not_on_delta3="Delta 3.3 on Spark 3.5 refuses generated columns in CREATE TABLE on a path",
+    ),
+    Case(
+        "identityColumns",
+        "identityColumns",
+        columns="row_key BIGINT GENERATED ALWAYS AS IDENTITY, " + ORDERS,
+        holds=_identity_holds,
+        delta_rs_writes=False,
+        not_on_delta3="Spark 3.5's SQL has no GENERATED ... AS IDENTITY",
+    ),
+    Case(
+        "changeDataFeed",
+        "changeDataFeed",
+        clauses=props(enableChangeDataFeed="true"),
+        holds=_change_feed_holds,
+    ),
     Case("appendOnly", "appendOnly", clauses=props(appendOnly="true"), holds=_append_only_holds),
     Case("timestampNtz", "timestampNtz", clauses=props(feature__timestampNtz=SUPPORTED)),
-    Case("invariants-not-null", "invariants", columns=ORDERS.replace("order_id INT", "order_id INT NOT NULL"),
-         clauses=props(feature__invariants=SUPPORTED), holds=_not_null_holds),
+    Case(
+        "invariants-not-null",
+        "invariants",
+        columns=ORDERS.replace("order_id INT", "order_id INT NOT NULL"),
+        clauses=props(feature__invariants=SUPPORTED),
+        holds=_not_null_holds,
+    ),
     Case("domainMetadata", "domainMetadata", clauses=props(feature__domainMetadata=SUPPORTED)),
-    Case("typeWidening", "typeWidening", clauses=props(enableTypeWidening="true"),
-         holds=_type_widening_holds, not_on_delta3="Delta 3.3 has it only as typeWidening-preview"),
-    Case("variantType", "variantType", clauses=props(feature__variantType=SUPPORTED), delta_rs_writes=False,
-         not_on_delta3="Delta 3.3 has no variant type"),
-    Case("vacuumProtocolCheck", "vacuumProtocolCheck", clauses=props(feature__vacuumProtocolCheck=SUPPORTED),
-         holds=_vacuum_holds),
-    Case("inCommitTimestamp", "inCommitTimestamp", clauses=props(enableInCommitTimestamps="true"),
-         holds=_in_commit_timestamps_hold),
+    Case(
+        "typeWidening",
+        "typeWidening",
+        clauses=props(enableTypeWidening="true"),
+        holds=_type_widening_holds,
+        not_on_delta3="Delta 3.3 has it only as typeWidening-preview",
+    ),
+    Case(
+        "variantType",
+        "variantType",
+        clauses=props(feature__variantType=SUPPORTED),
+        delta_rs_writes=False,
+        not_on_delta3="Delta 3.3 has no variant type",
+    ),
+    Case(
+        "vacuumProtocolCheck",
+        "vacuumProtocolCheck",
+        clauses=props(feature__vacuumProtocolCheck=SUPPORTED),
+        holds=_vacuum_holds,
+    ),
+    Case(
+        "inCommitTimestamp",
+        "inCommitTimestamp",
+        clauses=props(enableInCommitTimestamps="true"),
+        holds=_in_commit_timestamps_hold,
+    ),
 ]
 
 

@@ -144,7 +144,9 @@ def test_the_wheel_installs_and_runs_in_a_fresh_venv(wheel: str, tmp_path: Any) 
     py = os.path.join(venv, "bin", "python")
     site = subprocess.run(
         [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     # After the venv's own packages: Airflow, Spark and the rest, as the project venv has them.
     with open(os.path.join(site, "zz_project_site.pth"), "w") as fh:

@@ -151,7 +151,11 @@ def _plan_log(tmp_path: Any) -> PlanLog:
 
 def _freeze(plan_log: PlanLog, start: dt.datetime, end: dt.datetime) -> Plan:
     return planner.plan_interval_batch(
-        plan_log, start=start, end=end, inputs=lambda: [{"rows": 1}], source={"type": "jdbc_incremental"},
+        plan_log,
+        start=start,
+        end=end,
+        inputs=lambda: [{"rows": 1}],
+        source={"type": "jdbc_incremental"},
         exclusive=True,
     )
 

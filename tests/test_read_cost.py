@@ -99,9 +99,7 @@ def test_a_batch_whose_header_is_the_schema_is_read_without_a_projection(
     assert cmp.exact and cmp.table_rows == 100, cmp.describe()
 
 
-def test_a_batch_in_another_column_order_is_still_projected(
-    spark: Any, landing: str, table: str
-) -> None:
+def test_a_batch_in_another_column_order_is_still_projected(spark: Any, landing: str, table: str) -> None:
     shuffled = ["customer", "order_id", "ordered_at", "amount", "order_date"]
     _csv(os.path.join(landing, "a.csv"), shuffled, 1, 30)
     _csv(os.path.join(landing, "b.csv"), list(ORDERS_COLUMNS), 31, 30)

@@ -574,7 +574,6 @@ def test_a_planned_landing_path_from_the_plan_log_is_read_only_inside_the_landin
     assert all(f["path"] != path for f in source.list_files())
 
 
-
 def test_a_driver_that_refuses_the_url_is_told_without_its_secrets() -> None:
     """Issue 18 (adversary 2, defect 6): ``JDBC driver ... does not accept the URL`` echoed
     ``self.url`` unredacted. What the check lets through is not all a message may show:

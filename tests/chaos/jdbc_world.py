@@ -70,9 +70,7 @@ class JdbcHistory:
         rows = [(k, self._new_id(), r.randrange(-1000, 1000), r.choice(self.parts)) for k in keys]
         if rows:
             self.change(
-                lambda: self.pg.execute(
-                    f"INSERT INTO {self.name} VALUES (%s, %s, %s, %s)", rows, many=True
-                )
+                lambda: self.pg.execute(f"INSERT INTO {self.name} VALUES (%s, %s, %s, %s)", rows, many=True)
             )
 
     def update(self, row: Row, r: random.Random) -> None:
