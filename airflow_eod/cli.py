@@ -6,7 +6,7 @@ intervals. ``airflow-eod ask TABLE --pipeline P --batch K`` exits 0 when the bat
 committed, 1 when it was planned (or committed at an older generation) but is not committed
 yet, 3 when the table knows no pipeline P, and 4 when P never planned a batch K. ``airflow-eod verify TABLE``
 audits the table against the guarantee without trusting its writers
-(:mod:`airflow_eod.core.table_audit`) and exits 1 when it finds an error. All exit 2, with
+(:mod:`airflow_eod.core.audit.verify`) and exits 1 when it finds an error. All exit 2, with
 the reason on stderr, when TABLE holds no Delta table: a mistyped path is not an answer
 about a table.
 """
@@ -19,12 +19,13 @@ import re
 import sys
 from datetime import timedelta
 
-from airflow_eod.core.ask import ask_table, open_table
+from airflow_eod.core.ask import ask_table
+from airflow_eod.core.audit.status import batch_known, table_status
+from airflow_eod.core.audit.verify import AuditReport, audit_table
 from airflow_eod.core.batch import BatchKey, validate_pipeline_id
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.durations import parse_interval
 from airflow_eod.core.errors import ConfigurationError, EodError
-from airflow_eod.core.table_audit import AuditReport, audit_table
-from airflow_eod.core.table_status import batch_known, table_status
 
 COMMITTED, NOT_COMMITTED, NO_TABLE, NO_PIPELINE, NO_BATCH = 0, 1, 2, 3, 4
 

@@ -27,9 +27,9 @@ from typing import Any
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.core.restatement import CONF_BATCH_KEY as BATCH_KEY
-from airflow_eod.core.restatement import CONF_PIPELINE as PIPELINE
-from airflow_eod.core.restatement import CONF_RESTATE as RESTATE
+from airflow_eod.core.planlog.restatement import CONF_BATCH_KEY as BATCH_KEY
+from airflow_eod.core.planlog.restatement import CONF_PIPELINE as PIPELINE
+from airflow_eod.core.planlog.restatement import CONF_RESTATE as RESTATE
 
 log = logging.getLogger(__name__)
 

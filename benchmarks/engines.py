@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from airflow_eod.core.load_flow import LoadRequest, load_batch
-from airflow_eod.sources.base import ReadContext
+from airflow_eod.core.source import ReadContext
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import local_run
 from benchmarks.common import DELTA_SPARK_JARS_ENV, Row, Settings, fmt_int, progress, ratio_of, row

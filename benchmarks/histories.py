@@ -4,7 +4,7 @@ figures.
 A history is one table and one offset pipeline, grown one batch at a time exactly as a
 task grows it: the source plans the next batch (plan log, claim, the ask of the newest
 batch), a tiny Parquet file is staged with pyarrow (Spark's part of a load is measured in
-``load.py``), and :func:`airflow_eod.core.commit.commit_batch` commits it with its marker
+``load.py``), and :func:`airflow_eod.core.load_commit.commit_batch` commits it with its marker
 and writes its commit record. Nothing in the Delta log or the plan log is written by hand.
 
 - :class:`LandingHistory`: a ``LandingFilesSource`` in offsets mode, one new CSV file per
@@ -33,17 +33,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import Schema
 
-from airflow_eod.core import delta_log
 from airflow_eod.core.ask import ask
-from airflow_eod.core.commit import commit_batch
+from airflow_eod.core.delta import log as delta_log
+from airflow_eod.core.delta.parquet_stats import file_stats
+from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.offset_history import OffsetHistory
-from airflow_eod.core.parquet_stats import file_stats
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.offsets import OffsetHistory
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.planner import plan_offset_batch
+from airflow_eod.core.source import Credentials, ReadContext
 from airflow_eod.core.staged_files import StagedBatch, StagedFile
 from airflow_eod.core.table_layout import attempt_dir
-from airflow_eod.sources.base import Credentials, ReadContext
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from airflow_eod.sources.landing_files import LandingFilesSource
 from benchmarks import pg as pgmod

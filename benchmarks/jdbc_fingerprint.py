@@ -28,7 +28,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from benchmarks import pg as pgmod
 

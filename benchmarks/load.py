@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.load_flow import LoadRequest, load_batch
-from airflow_eod.sources.base import ReadContext
+from airflow_eod.core.source import ReadContext
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark import load_job, staging
 from airflow_eod.spark.load_job import local_run

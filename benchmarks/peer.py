@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from deltalake import DeltaTable
 
 from airflow_eod.core.load_flow import LoadRequest, load_batch
-from airflow_eod.sources.base import ReadContext
+from airflow_eod.core.source import ReadContext
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import local_run
 from benchmarks.common import Row, Settings, fmt_int, ms, progress, ratio_of, row

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 from deltalake import Schema
 
 from airflow_eod.core.ask import ask
-from airflow_eod.core.commit import commit_batch
+from airflow_eod.core.delta.parquet_stats import file_stats
+from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.parquet_stats import file_stats
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.staged_files import StagedBatch, StagedFile
 from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.sources.landing_files import LandingFilesSource

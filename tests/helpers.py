@@ -14,8 +14,8 @@ from types import ModuleType
 from typing import Any
 
 from airflow_eod.core.ask import ask
-from airflow_eod.core.plan_log import Plan, PlanLog
-from airflow_eod.core.restatement import plan_restatement
+from airflow_eod.core.planlog.restatement import plan_restatement
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.examples.compare import Comparison, compare_table_with_landing
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS
 from airflow_eod.sources.landing_files import LandingFilesSource
@@ -112,8 +112,8 @@ def stage_data(table: str, batch: Any, data: Any, attempt: str | None = None) ->
     import pyarrow.parquet as pq
     from deltalake import Schema
 
+    from airflow_eod.core.delta.parquet_stats import file_stats
     from airflow_eod.core.manifest import Manifest
-    from airflow_eod.core.parquet_stats import file_stats
     from airflow_eod.core.staged_files import StagedBatch, StagedFile
     from airflow_eod.core.table_layout import attempt_dir
 
@@ -141,8 +141,8 @@ def stage_rows(table: str, plan: Plan, generation: int, tag: str, rows: list[int
     import pyarrow.parquet as pq
     from deltalake import Schema
 
+    from airflow_eod.core.delta.parquet_stats import file_stats
     from airflow_eod.core.manifest import Manifest
-    from airflow_eod.core.parquet_stats import file_stats
     from airflow_eod.core.staged_files import StagedBatch, StagedFile
     from airflow_eod.core.table_layout import attempt_dir
 
@@ -186,11 +186,11 @@ def land_and_plan(table: str, landing: str, pipeline: str, n: int) -> Plan:
 
 
 # -- races: did the loser really lose one? ---------------------------------------------
-# The commit engine's lost-race paths (airflow_eod/core/commit.py): the loser of a race for
+# The commit engine's lost-race paths (airflow_eod/core/load_commit.py): the loser of a race for
 # the table's creation, or for the next table version, logs one of these and asks again.
 LOST_CREATION_RACE = "another attempt created the table first; asking again"
 LOST_VERSION_RACE = "commit lost a race for version"
-COMMIT_LOGGER = "airflow_eod.core.commit"
+COMMIT_LOGGER = "airflow_eod.core.load_commit"
 
 
 def lost_races(text: str) -> int:

@@ -26,10 +26,10 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_eod.cli import main
-from airflow_eod.core import delta_log
 from airflow_eod.core.batch import BatchKey, fingerprint
-from airflow_eod.core.commit import commit_batch
+from airflow_eod.core.delta import log as delta_log
 from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.sources.jdbc_url import check_jdbc_url, redact_jdbc_url
 from tests.helpers import stage_data
 
@@ -379,7 +379,7 @@ def test_the_deltalake_fallback_reads_a_commit_linked_out_of_the_table(table: st
     os.symlink(outside, os.path.join(log_dir, "00000000000000000002.json"))
     open(os.path.join(log_dir, "x.checkpoint.y"), "w").close()
     delta_log.clear_cache()
-    from airflow_eod.core.ask import open_table
+    from airflow_eod.core.delta.table import open_table
 
     try:
         opened = open_table(table)

@@ -21,9 +21,9 @@ from deltalake import DeltaTable
 from airflow_eod.core import planner
 from airflow_eod.core.errors import InputChangedError, OverlappingIntervalError
 from airflow_eod.core.faults import InjectedFault
-from airflow_eod.core.interval_index import IntervalIndex
 from airflow_eod.core.load_flow import LoadRequest, load_batch
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.intervals import IntervalIndex
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.result import LoadResult
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.load_job import local_run
@@ -261,7 +261,7 @@ def test_a_sigkilled_planners_registration_never_wedges_its_neighbours(tmp_path:
     behind them. Planning its own interval again (the way out the error names) is refused by
     the frozen overlap and takes those names away; and a name nobody planned again is dropped
     once it is older than ``STALE_AFTER_S``. A fresh one (a planner still at work) blocks."""
-    from airflow_eod.core.interval_index import STALE_AFTER_S, span_of
+    from airflow_eod.core.planlog.intervals import STALE_AFTER_S, span_of
 
     plan_log = _plan_log(tmp_path)
     _freeze(plan_log, *_days(0, 1))

@@ -14,9 +14,9 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
+from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.errors import ForeignMarkerError
 from airflow_eod.core.faults import InjectedFault
-from airflow_eod.core.table_audit import audit_table
 from airflow_eod.examples.compare import read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
@@ -209,7 +209,7 @@ def test_in_commit_timestamps_with_a_skewed_clock_and_checkpoints(
     with its clock an hour behind Delta Spark's last commit. Every commit's ICT must be later
     than its predecessor's, Delta Spark must read history and time travel by timestamp, and
     the engine's own checkpoints (every 2 commits) must be written (I8: flat cost)."""
-    import airflow_eod.core.delta_commit as dc
+    import airflow_eod.core.delta.commit_writer as dc
 
     spark.sql(
         f"CREATE TABLE delta.`{table}` ({ORDERS}) USING delta TBLPROPERTIES "

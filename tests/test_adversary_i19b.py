@@ -15,8 +15,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
+from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.errors import ForeignMarkerError
-from airflow_eod.core.table_audit import audit_table
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.spark.load_job import run_load
 from tests.delta_spark_helpers import findings as _findings

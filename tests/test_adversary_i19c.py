@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
-from airflow_eod.core.table_audit import audit_table
+from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.spark.load_job import run_load
 from tests.delta_spark_helpers import findings as _findings
 from tests.delta_spark_helpers import load_rows as _load_rows

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from airflow_eod.core.ask import ask, open_table
+from airflow_eod.core.ask import ask
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import (
     BatchError,
     MalformedInputError,
@@ -23,7 +24,7 @@ from airflow_eod.core.errors import (
     SchemaMismatchError,
     UnsupportedTableError,
 )
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load

@@ -33,7 +33,7 @@ from airflow_eod.core import faults
 from airflow_eod.core.ask import BatchStatus, ask
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import ConfigurationError, InputChangedError
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, NO_NEW_DATA
 from airflow_eod.examples.sample_data import write_order_files
 from tests.conftest import REPO

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from airflow_eod.core import ask as ask_module
-from airflow_eod.core.ask import open_table
-from airflow_eod.core.commit import commit_batch
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import InputChangedError
+from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.examples.sample_data import write_order_files
 from tests.helpers import orders_source, plan_for, restate, stage_rows
 

@@ -13,8 +13,8 @@ import pytest
 
 from airflow_eod.cli import main
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.commit import commit_batch
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from tests.helpers import stage_data
 
 

@@ -16,9 +16,9 @@ from deltalake import DeltaTable, write_deltalake
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
-from airflow_eod.core.commit import commit_batch
+from airflow_eod.core.delta.parquet_stats import file_stats
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
-from airflow_eod.core.parquet_stats import file_stats
+from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.table_layout import attempt_dir
 from tests.helpers import LOST_VERSION_RACE, commit_log, lost_races, stage_data
 

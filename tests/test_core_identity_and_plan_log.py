@@ -11,7 +11,7 @@ import pytest
 
 from airflow_eod.core.batch import BatchKey, validate_pipeline_id
 from airflow_eod.core.errors import ConfigurationError, InputChangedError, PlanLogError
-from airflow_eod.core.plan_log import OFFSETS, Plan, PlanLog
+from airflow_eod.core.planlog.store import OFFSETS, Plan, PlanLog
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from airflow_eod.sources.landing_files import LandingFilesSource
 

@@ -29,12 +29,12 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
+from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.errors import ConfigurationError, SchemaMismatchError
 from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import Plan, PlanLog
-from airflow_eod.core.table_audit import audit_table
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.load_job import local_run, run_load

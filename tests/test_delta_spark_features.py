@@ -20,8 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.errors import BatchRefusedError, UnsupportedTableError
-from airflow_eod.core.table_audit import audit_table
 from airflow_eod.core.table_layout import DATA_DIR
 from airflow_eod.examples.compare import Comparison, compare_rows, read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
@@ -415,7 +415,7 @@ def test_a_feature_turned_on_after_staging_is_refused_at_the_commit(spark: Any, 
     """The early refusal reads the table before staging; another writer may turn on a feature
     the engine cannot keep while the batch is staged (ALTER TABLE ... enableRowTracking). The
     commit checks again against the snapshot it commits on, and commits nothing."""
-    from airflow_eod.core.commit import commit_batch
+    from airflow_eod.core.load_commit import commit_batch
     from tests.helpers import land_and_plan, stage_rows
 
     table = str(tmp_path / "table")

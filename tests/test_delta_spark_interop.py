@@ -29,9 +29,9 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
+from airflow_eod.core.audit.verify import AuditReport, audit_table
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
-from airflow_eod.core.plan_log import Plan
-from airflow_eod.core.table_audit import AuditReport, audit_table
+from airflow_eod.core.planlog.store import Plan
 from airflow_eod.examples.compare import compare_rows, read_delta_rows, read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
@@ -511,7 +511,7 @@ def test_delta_spark_optimize_taking_the_version_airflow_eod_commits_makes_it_as
     """Both commit the next version: Delta Spark's OPTIMIZE wins it (it runs between
     airflow-eod's reading of the table and its put-if-absent of the next commit), so
     airflow-eod's put fails, it asks again, and commits the batch at the version after."""
-    from airflow_eod.core import commit as commit_mod
+    from airflow_eod.core import load_commit as commit_mod
 
     plans = [_load(spark, landing, table, n) for n in (1, 2)]
     real = commit_mod.write_commit

@@ -20,12 +20,12 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
+from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.errors import InputChangedError
 from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.result import LoadResult
-from airflow_eod.core.table_audit import audit_table
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark import delta_spark_engine
 from airflow_eod.spark.driver import CREDENTIALS_PASSWORD_ENV, CREDENTIALS_USER_ENV

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from airflow_eod.core.ask import ask, open_table
+from airflow_eod.core.ask import ask
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import InputChangedError
 from airflow_eod.core.faults import InjectedFault
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.spark.load_job import run_load
 from tests.helpers import check, lost_races, orders_source, plan_for, run_child, spec_for

@@ -16,10 +16,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_eod.core import delta_log
-from airflow_eod.core.ask import ask, open_table
-from airflow_eod.core.commit import commit_batch
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.ask import ask
+from airflow_eod.core.delta import log as delta_log
+from airflow_eod.core.delta.table import open_table
+from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.sources.landing_files import LandingFilesSource
 from tests.flat_helpers import CONFIG, PIPELINE, grow, stage_offset_batch, stage_tagged
 from tests.helpers import lost_races
@@ -54,8 +55,8 @@ _OTHER_PIPELINE = """
 import os, sys
 sys.path.insert(0, {repo!r})
 from airflow_eod.core.ask import ask
-from airflow_eod.core.commit import commit_batch
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.sources.landing_files import LandingFilesSource
 import tests.flat_helpers as flat
 table, landing = {table!r}, {landing!r}
@@ -138,8 +139,8 @@ import logging, os, sys
 sys.path.insert(0, {repo!r})
 logging.basicConfig(level=logging.INFO)  # the commit engine's lost races, on stderr
 from airflow_eod.core.ask import ask
-from airflow_eod.core.commit import commit_batch
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.sources.landing_files import LandingFilesSource
 from tests.flat_helpers import stage_tagged
 table, pipe, n, cfg = {table!r}, {pipe!r}, {n!r}, {cfg!r}
@@ -223,8 +224,8 @@ _SAME_BATCH = """
 import logging, os, sys, time
 sys.path.insert(0, {repo!r})
 logging.basicConfig(level=logging.INFO)  # the commit engine's lost races, on stderr
-from airflow_eod.core.commit import commit_batch
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.planlog.store import PlanLog
 from tests.flat_helpers import stage_offset_batch
 table, seqs, cfg, me = {table!r}, {seqs!r}, {cfg!r}, {me!r}
 log = PlanLog(table, "tests.flat")
@@ -251,7 +252,7 @@ def test_held_racing_attempts_of_the_same_batches_commit_each_once(tmp_path: Any
             fh.write(f"seq\n{seq}\n")
     log = PlanLog(table, PIPELINE)
     from airflow_eod.core.batch import BatchKey
-    from airflow_eod.core.plan_log import OFFSETS, Plan
+    from airflow_eod.core.planlog.store import OFFSETS, Plan
 
     for seq in seqs:
         inputs = [e for e in source.list_files() if e["path"].endswith(f"f{seq:05d}.csv")]
@@ -305,7 +306,7 @@ def test_held_restating_a_batch_in_an_odd_partition_directory_swaps_it_once(
     import pyarrow.parquet as pq
     from deltalake import Schema
 
-    from airflow_eod.core.parquet_stats import file_stats
+    from airflow_eod.core.delta.parquet_stats import file_stats
     from airflow_eod.core.staged_files import StagedBatch, StagedFile
     from airflow_eod.core.table_layout import attempt_dir
     from airflow_eod.examples.compare import read_rows_by_log
@@ -366,7 +367,7 @@ def test_held_stale_or_dangling_hint_and_a_widened_schema_across_a_checkpoint(tm
     with open(hint, "w") as fh:
         fh.write(good)
     # A widening commit (a new nullable column), then commits past the next checkpoint.
-    from airflow_eod.core.table_compat import SCHEMA_ADD_COLUMNS
+    from airflow_eod.core.delta.compat import SCHEMA_ADD_COLUMNS
 
     with open(os.path.join(landing, "f00023.csv"), "w") as fh:
         fh.write("seq\n23\n")

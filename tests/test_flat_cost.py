@@ -20,15 +20,17 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_eod.core import delta_log, offset_history
-from airflow_eod.core.ask import ask, open_table
+from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.commit import commit_batch
-from airflow_eod.core.commit_record import CommitRecord, write_record
+from airflow_eod.core.delta import log as delta_log
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import CorruptRecordError
+from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog import offsets as offset_history
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.planner import plan_offset_batch
+from airflow_eod.core.records.store import CommitRecord, write_record
 from airflow_eod.sources.landing_files import LandingFilesSource
 from tests.flat_helpers import CONFIG, PIPELINE, grow, stage_offset_batch
 
@@ -343,7 +345,7 @@ def test_a_checkpoints_index_answers_as_the_checkpoint_does_and_is_read_around_w
 def test_an_index_just_written_is_kept_below_a_predecessors_newer_ones(tmp_path: Any) -> None:
     """A table re-created at the same path (its `_eod/` kept) starts its versions again below
     the old table's indexes: the index just written stays, the oldest others go."""
-    from airflow_eod.core.checkpoint_index import write_index
+    from airflow_eod.core.delta.checkpoint_index import write_index
 
     table = str(tmp_path / "table")
     os.makedirs(os.path.join(table, "_delta_log"))
@@ -364,7 +366,7 @@ def test_the_newest_offset_plan_is_found_in_log_probes_without_a_loaded_index(
     number (75 ms at 10,000 batches). A galloping search probes about 2 log2(N) names."""
     import math
 
-    from airflow_eod.core.plan_log import OFFSETS, Plan, PlanLog
+    from airflow_eod.core.planlog.store import OFFSETS, Plan, PlanLog
 
     log = PlanLog(str(tmp_path / "table"), "tests.jdbc_like")
     for seq in range(planned):

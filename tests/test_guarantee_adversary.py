@@ -17,7 +17,7 @@ from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
 from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.examples.compare import read_delta_rows, read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, write_order_files
 from airflow_eod.spark.load_job import run_load

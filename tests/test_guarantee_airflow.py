@@ -21,14 +21,14 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_eod.cli import main
-from airflow_eod.core import atomic_file
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.planner import plan_interval_batch
+from airflow_eod.core.source import Credentials, ReadContext
+from airflow_eod.core.storage import atomic_file
 from airflow_eod.examples.sample_data import write_order_files
-from airflow_eod.sources.base import Credentials, ReadContext
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from tests.conftest import REPO
 from tests.helpers import check, load_dag_file, task_tries, xcom_value

@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from airflow_eod.core.ask import ask, open_table
+from airflow_eod.core.ask import ask
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import (
     BatchError,
     InputChangedError,
@@ -25,7 +26,7 @@ from airflow_eod.core.errors import (
     UnsupportedTableError,
 )
 from airflow_eod.core.faults import InjectedFault
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.examples.compare import compare_rows, read_delta_rows, read_rows_by_log
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources.landing_files import LandingFilesSource
@@ -493,7 +494,7 @@ def test_a_retried_restatement_refreezes_once_after_the_source_is_fixed(
     because the file changed again; after the fix, try 2 of the same run re-freezes (once),
     and try 3 finds that generation committed."""
     from airflow_eod.core.load_flow import LoadRequest, _restated
-    from airflow_eod.sources.base import ReadContext
+    from airflow_eod.core.source import ReadContext
 
     write_order_files(landing, 1, 10)
     source = orders_source(landing, boundary="interval")

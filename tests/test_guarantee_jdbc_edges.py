@@ -15,6 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_eod.core import planner
+from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.errors import (
     ConfigurationError,
     InputChangedError,
@@ -22,11 +23,10 @@ from airflow_eod.core.errors import (
     OverlappingIntervalError,
     PlanLogError,
 )
-from airflow_eod.core.interval_index import IntervalIndex, span_of
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.intervals import IntervalIndex, span_of
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.result import LoadResult
-from airflow_eod.core.table_audit import audit_table
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.load_job import local_run
 from tests.jdbc_helpers import check_against_postgres, create_orders

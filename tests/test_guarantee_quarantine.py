@@ -17,11 +17,12 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_eod.core.ask import ask, open_table
+from airflow_eod.core.ask import ask
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
 from airflow_eod.core.faults import JOB_POINTS, InjectedFault
-from airflow_eod.core.plan_log import Plan, PlanLog
-from airflow_eod.core.restatement import plan_restatement
+from airflow_eod.core.planlog.restatement import plan_restatement
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.examples.compare import compare_rows, read_delta_rows, read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.sources.landing_files import LandingFilesSource

@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from airflow_eod.core.ask import ask, open_table
+from airflow_eod.core.ask import ask
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, MalformedInputError, SchemaMismatchError
 from airflow_eod.examples.compare import compare_rows, read_delta_rows
 from airflow_eod.examples.sample_data import ORDERS_COLUMNS, write_order_files

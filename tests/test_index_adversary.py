@@ -18,13 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, Schema
 
-from airflow_eod.core import commit as commit_mod
-from airflow_eod.core import delta_log
+from airflow_eod.core import load_commit as commit_mod
 from airflow_eod.core.ask import ask
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
-from airflow_eod.core.commit import commit_batch
-from airflow_eod.core.parquet_stats import file_stats
-from airflow_eod.core.plan_log import Plan
+from airflow_eod.core.delta import log as delta_log
+from airflow_eod.core.delta.parquet_stats import file_stats
+from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.planlog.store import Plan
 from airflow_eod.core.staged_files import StagedBatch, StagedFile
 from tests.helpers import land_and_plan, stage_rows
 
@@ -199,7 +199,7 @@ def test_held_the_index_carries_widened_schema_new_configuration_and_a_restated_
     )
     commit_batch(table, plans[0].key, 1, *g1, table_configuration=_CFG, replace_previous=True)
     # The committer's checkpoint (as commit_batch calls it when one is due).
-    from airflow_eod.core.delta_commit import write_checkpoint
+    from airflow_eod.core.delta.commit_writer import write_checkpoint
 
     version = DeltaTable(table).version()
     write_checkpoint(table, version, DeltaTable(table).metadata().configuration)
@@ -251,7 +251,7 @@ def test_held_a_crash_between_the_buckets_and_index_json_is_read_around(tmp_path
     """PASSES (defended). The committer died after writing the buckets and before
     index.json (or a power cut truncated it): the reading decodes the checkpoint; a later
     write of the same index (a retry) links over the leftover buckets and is believed."""
-    from airflow_eod.core import checkpoint_index
+    from airflow_eod.core.delta import checkpoint_index
 
     table, land = str(tmp_path / "table"), str(tmp_path / "land")
     plans = [_load(table, land, "tests.idx.x", n) for n in range(4)]

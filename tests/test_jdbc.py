@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import InputChangedError
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.driver import CREDENTIALS_PASSWORD_ENV, CREDENTIALS_USER_ENV
 from airflow_eod.spark.load_job import run_load

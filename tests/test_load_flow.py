@@ -15,8 +15,8 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
 from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, NO_NEW_DATA, LoadResult
+from airflow_eod.core.source import ReadContext
 from airflow_eod.examples.sample_data import write_order_files
-from airflow_eod.sources.base import ReadContext
 from airflow_eod.spark.load_job import local_run
 from tests.conftest import REPO
 from tests.helpers import check, load_dag_file, orders_source, task_tries, xcom_value
@@ -185,7 +185,7 @@ def test_libpq_and_jvm_planning_freeze_the_same_timestamp_frontier(
     """The same head and count whichever way the query goes, for zoned and plain timestamp
     keys, with the database session in another time zone than UTC."""
     from airflow_eod.core.ask import ask
-    from airflow_eod.core.plan_log import PlanLog
+    from airflow_eod.core.planlog.store import PlanLog
     from airflow_eod.sources import Credentials, JdbcIncrementalSource
     from airflow_eod.sources.jdbc_incremental import postgres_conninfo
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from airflow_eod.core.ask import ask, open_table
+from airflow_eod.core.ask import ask
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, MalformedInputError
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load
@@ -194,9 +195,9 @@ def test_a_restatement_that_lands_in_a_cleanup_hole_is_not_taken_for_visible(
     """
     from deltalake import DeltaTable
 
-    from airflow_eod.core import commit as commit_mod
-    from airflow_eod.core import delta_log
-    from airflow_eod.core.commit import commit_batch
+    from airflow_eod.core import load_commit as commit_mod
+    from airflow_eod.core.delta import log as delta_log
+    from airflow_eod.core.load_commit import commit_batch
 
     cfg = {"delta.checkpointInterval": "1", "delta.logRetentionDuration": "interval 0 seconds"}
     table = str(tmp_path / "table")
@@ -271,9 +272,9 @@ def test_a_missing_record_is_repaired_after_an_optimize_and_a_checkpoint(
     landed. Before the change the record was rebuilt from commit 1."""
     from deltalake import DeltaTable
 
-    from airflow_eod.core import commit as commit_mod
-    from airflow_eod.core import delta_log
-    from airflow_eod.core.commit import commit_batch
+    from airflow_eod.core import load_commit as commit_mod
+    from airflow_eod.core.delta import log as delta_log
+    from airflow_eod.core.load_commit import commit_batch
 
     cfg = {"delta.checkpointInterval": "1", "delta.deletedFileRetentionDuration": "interval 0 seconds"}
     table = str(tmp_path / "table")

@@ -20,9 +20,9 @@ import pytest
 from deltalake import DeltaTable, Field, write_deltalake
 
 from airflow_eod.airflow_exceptions import AirflowFailException
-from airflow_eod.core.ask import open_table
+from airflow_eod.core.delta.compat import check_schema
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, ConfigurationError, SchemaMismatchError
-from airflow_eod.core.table_compat import check_schema
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
 from airflow_eod.sources.landing_files import LandingFilesSource

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from airflow_eod.core.ddl_schema import ddl_columns
 from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.core.options import ddl_columns
 from airflow_eod.operators.jdbc_to_delta import JdbcToDeltaOperator
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
 

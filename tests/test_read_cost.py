@@ -70,7 +70,7 @@ def _csv(path: str, columns: list[str], first_id: int, rows: int) -> None:
 
 
 def _read(spark: Any, source: Any, plan: Any) -> tuple[Any, int]:
-    from airflow_eod.sources.base import ReadContext
+    from airflow_eod.core.source import ReadContext
 
     ctx = ReadContext(spark_factory=lambda: spark, fail_fast=True)
     with jvm_calls() as calls:

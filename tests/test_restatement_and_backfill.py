@@ -13,8 +13,8 @@ from deltalake import DeltaTable
 
 from airflow_eod.cli import main as cli
 from airflow_eod.core.ask import ask
-from airflow_eod.core.plan_log import Plan, PlanLog
-from airflow_eod.core.restatement import plan_restatement
+from airflow_eod.core.planlog.restatement import plan_restatement
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.load_job import run_load

@@ -23,7 +23,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import BatchError, ConfigurationError, EodError, UnsafePathError
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.examples.compare import read_delta_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
@@ -426,7 +426,7 @@ def test_every_path_built_from_table_content_refuses_hostile_names(name: str, tm
 
 
 def _any_plan() -> Any:
-    from airflow_eod.core.plan_log import Plan
+    from airflow_eod.core.planlog.store import Plan
 
     return Plan(PIPELINE, "i-20261110T000000Z-20261111T000000Z", "interval", {}, [])
 
@@ -436,13 +436,13 @@ def test_links_inside_a_table_never_lead_reads_writes_or_removals_out_of_it(tmp_
     ``_eod/checkpoints``, a batch directory): every reader, writer and remover refuses them
     or stays inside, and the directories they point at are left exactly as they were. On
     960f2aa each of these was followed."""
-    from airflow_eod.core import checkpoint_index
     from airflow_eod.core.ask import BatchStatus
+    from airflow_eod.core.audit.facts import read_plan_log_facts
     from airflow_eod.core.batch import BatchKey
     from airflow_eod.core.cleanup import remove_uncommitted_attempts
+    from airflow_eod.core.delta import checkpoint_index
+    from airflow_eod.core.delta.binding import bound_table_id, check_table_identity
     from airflow_eod.core.manifest import Manifest
-    from airflow_eod.core.table_binding import bound_table_id, check_table_identity
-    from airflow_eod.core.table_facts import read_plan_log_facts
     from airflow_eod.core.table_layout import batch_dir
 
     outside = str(tmp_path / "outside")
@@ -533,7 +533,7 @@ def test_a_planned_landing_path_from_the_plan_log_is_read_only_inside_the_landin
     ``landing/../x`` or a link was stat'ed and handed to Spark. Now a path that is not a
     regular file, not a link, below the landing root is refused (UnsafePathError, nothing
     read); a name inside the root resolves inside."""
-    from airflow_eod.core.plan_log import Plan
+    from airflow_eod.core.planlog.store import Plan
 
     write_order_files(landing, 1, 2)
     real = os.path.join(landing, sorted(os.listdir(landing))[0])
@@ -582,7 +582,7 @@ def test_a_driver_that_refuses_the_url_is_told_without_its_secrets() -> None:
     yield a message without the secret."""
     from types import SimpleNamespace
 
-    from airflow_eod.sources.base import Credentials, ReadContext
+    from airflow_eod.core.source import Credentials, ReadContext
     from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 
     url = f"jdbc:acme:scott/{SECRET}@db:5000/shop"

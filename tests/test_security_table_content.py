@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.commit import commit_batch
+from airflow_eod.core.load_commit import commit_batch
 from tests.helpers import stage_data
 
 pytestmark = pytest.mark.security
@@ -174,10 +174,10 @@ def test_a_commit_line_or_a_plan_log_entry_out_of_bounds_is_a_clear_error(table:
     """Every JSON file read from a table is bounded, not only `_last_checkpoint`: a marker
     action nested 100,000 deep in a commit and a plan-log entry nested as deep were a
     RecursionError (and a commit's `txn` without an appId a KeyError) before."""
-    from airflow_eod.core import delta_log
     from airflow_eod.core.ask import ask
+    from airflow_eod.core.delta import log as delta_log
     from airflow_eod.core.errors import CorruptTableError, PlanLogError, UnsafePathError
-    from airflow_eod.core.plan_log import PlanLog
+    from airflow_eod.core.planlog.store import PlanLog
 
     _table(table)
     os.remove(os.path.join(table, "_delta_log", "_last_checkpoint"))
@@ -258,7 +258,7 @@ def test_open_in_table_resolves_nothing_outside_the_table(table: str, tmp_path: 
     """The one door the audit opens data files through: hostile names (``..``, absolute paths,
     URIs, links anywhere on the path, devices, FIFOs) never open a file outside the table.
     Before, the audit opened ``local_file(table, rel)`` with plain ``open``: each of these."""
-    from airflow_eod.core.table_facts import NotInTable, open_in_table
+    from airflow_eod.core.audit.facts import NotInTable, open_in_table
 
     os.makedirs(os.path.join(table, "eod_data", "p"))
     with open(os.path.join(table, "eod_data", "p", "ok.parquet"), "wb") as fh:

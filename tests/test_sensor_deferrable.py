@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.commit import commit_batch
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.sensors.delta_batch import DeltaBatchSensor
 from airflow_eod.triggers.delta_batch import DeltaBatchTrigger
 from tests.conftest import REPO

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from airflow_eod.core.ask import ask, open_table
+from airflow_eod.core.ask import ask
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, MalformedInputError
 from airflow_eod.core.table_layout import batch_dir
 from airflow_eod.examples.sample_data import write_order_files

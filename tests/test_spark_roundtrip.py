@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load
 from tests.helpers import spec_for

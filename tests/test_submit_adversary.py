@@ -24,7 +24,7 @@ from airflow_eod.airflow_exceptions import AirflowFailException
 from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import BatchError, InputChangedError
 from airflow_eod.core.load_flow import LoadRequest, load_batch
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, NO_NEW_DATA
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from airflow_eod.core.ddl_schema import ddl_columns
 from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.core.options import ddl_columns
 
 # -- the JVM-free DDL parser refuses schemas Spark accepts (a valid DAG fails to import) ---
 
@@ -130,7 +130,7 @@ def test_trigger_keeps_asking_while_delta_spark_creates_the_table(tmp_path: Any)
 
 def test_load_into_a_table_delta_spark_is_creating_is_retryable(tmp_path: Any) -> None:
     """A second pipeline's load (delta-spark engine) while the first creates the table."""
-    from airflow_eod.core.ask import open_table
+    from airflow_eod.core.delta.table import open_table
     from airflow_eod.core.errors import EodError
 
     table = _table_being_created_by_delta_spark(tmp_path)
@@ -173,7 +173,7 @@ def test_retry_after_a_died_delta_spark_first_write_is_not_refused_forever(tmp_p
     the table root (Delta's DelayedCommitProtocol does not delete them on abort) and before
     its first commit. The plan log (``_eod/``) was written by this very load before that.
     Every later try now fails at once in freeze()'s open_table: the batch is wedged."""
-    from airflow_eod.core.ask import open_table
+    from airflow_eod.core.delta.table import open_table
     from airflow_eod.core.errors import EodError
     from airflow_eod.core.table_layout import META_DIR
 
@@ -254,8 +254,8 @@ def test_trigger_asks_the_table_the_sensor_asked_for_a_relative_table_uri(
     working directory; the deferred sensor hands the raw string to the triggerer, a
     different process with its own working directory, which then never sees the batch."""
     from airflow_eod.core.batch import BatchKey
-    from airflow_eod.core.commit import commit_batch
-    from airflow_eod.core.plan_log import Plan, PlanLog
+    from airflow_eod.core.load_commit import commit_batch
+    from airflow_eod.core.planlog.store import Plan, PlanLog
     from airflow_eod.sensors.delta_batch import DeltaBatchSensor
     from airflow_eod.triggers.delta_batch import SUCCESS
     from tests.helpers import stage_rows

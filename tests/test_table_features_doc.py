@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 
-from airflow_eod.core import table_compat
+from airflow_eod.core.delta import compat as table_compat
 from tests.test_delta_spark_features import CASES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,7 +34,7 @@ def test_every_feature_the_code_knows_has_a_delta_spark_case() -> None:
 
 
 def test_a_feature_the_code_does_not_know_is_refused_by_name() -> None:
-    from airflow_eod.core.delta_log import TableMetadata, TableProtocol
+    from airflow_eod.core.delta.log import TableMetadata, TableProtocol
 
     class _Table:
         def protocol(self) -> TableProtocol:
@@ -57,7 +57,7 @@ def test_a_feature_the_code_does_not_know_is_refused_by_name() -> None:
 def test_a_legacy_protocol_table_is_refused_by_the_feature_it_uses() -> None:
     """A table of writer version 3 to 6 lists no features: what it uses is told by its
     metadata, and the refusal names the feature as for a table that lists it."""
-    from airflow_eod.core.delta_log import TableMetadata, TableProtocol
+    from airflow_eod.core.delta.log import TableMetadata, TableProtocol
 
     schema = (
         '{"type":"struct","fields":[{"name":"k","type":"long","nullable":true,'

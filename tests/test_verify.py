@@ -21,13 +21,13 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import AddAction
 
 from airflow_eod.cli import main
-from airflow_eod.core import table_audit
+from airflow_eod.core.audit import verify as table_audit
+from airflow_eod.core.audit.verify import AuditReport, Finding, audit_table
 from airflow_eod.core.batch import fingerprint
-from airflow_eod.core.commit import commit_batch
+from airflow_eod.core.delta.parquet_stats import file_stats
 from airflow_eod.core.errors import UnsupportedTableError
-from airflow_eod.core.parquet_stats import file_stats
-from airflow_eod.core.plan_log import Plan, PlanLog
-from airflow_eod.core.table_audit import AuditReport, Finding, audit_table
+from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.table_layout import normalise
 from tests.helpers import land_and_plan, orders_source, spec_for, stage_rows
 
@@ -736,7 +736,7 @@ def test_two_first_loads_racing_to_create_the_table_do_not_end_the_loser_at_once
     "no table" it read. B gets UnsupportedTableError ("dropped and re-created?"), which since
     c3bf463 ends the task at once (AirflowFailException), though a plain retry asks again,
     finds A's table and loads B's batch. The loser must go on (or fail retryably)."""
-    from airflow_eod.core import commit as commit_mod
+    from airflow_eod.core import load_commit as commit_mod
     from airflow_eod.core.errors import EodError
 
     a, b = _plan(table, 20), _plan(table, 21)
@@ -797,7 +797,7 @@ def test_a_commit_that_a_log_cleanup_removes_while_it_is_read_is_not_called_unpa
     file the cleanup removed between its listing and its opening raises FileNotFoundError,
     which it reports as "is not a Delta commit: a line of it is not JSON", and the error
     becomes UnsupportedTableError: the task ends at once (c3bf463) on a race a retry passes."""
-    from airflow_eod.core import delta_log
+    from airflow_eod.core.delta import log as delta_log
 
     _load(table, _plan(table, 20), [1, 2])
     vanished = f"{1:020d}.json"  # listed, then removed by the cleanup before it was opened

@@ -1,9 +1,9 @@
 """The ask: "have you received batch K at generation G?", answered by the table alone.
 
-It reads a bounded part of the Delta log (:mod:`airflow_eod.core.delta_log`: the newest
+It reads a bounded part of the Delta log (:mod:`airflow_eod.core.delta.log`: the newest
 checkpoint's markers and the commits after it; no JVM, no Spark session, no file list) and
 looks up the batch's ``txn`` marker and its durable commit record
-(:mod:`airflow_eod.core.commit_record`). The marker answers while it lives; the record
+(:mod:`airflow_eod.core.records.store`). The marker answers while it lives; the record
 answers after it expired, and is judged by the table. A committed batch comes back with its
 saved result (the version that landed it and its manifest, from the record), so the answer
 costs the same for a table's 10,000th batch as for its 10th.
@@ -12,12 +12,15 @@ costs the same for a table's 10,000th batch as for its 10th.
 from __future__ import annotations
 
 import logging
-import os
-import stat
 from dataclasses import dataclass
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.commit_record import (
+from airflow_eod.core.delta.log import TableLog
+from airflow_eod.core.delta.table import open_table
+from airflow_eod.core.errors import ForeignMarkerError, UnsafePathError
+from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.planlog.store import PlanLog
+from airflow_eod.core.records.store import (
     CommitRecord,
     foreign_marker,
     newest_record,
@@ -25,15 +28,6 @@ from airflow_eod.core.commit_record import (
     record_at,
     repair_record,
 )
-from airflow_eod.core.delta_log import TableLog, read_log
-from airflow_eod.core.errors import ForeignMarkerError, UnsafePathError, UnsupportedTableError
-from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import PlanLog
-from airflow_eod.core.table_layout import DATA_DIR, META_DIR, local_path, under
-
-# What airflow-eod itself may have put in a table directory before the first commit.
-_OWN_ENTRIES = {META_DIR, DATA_DIR}
-
 
 log = logging.getLogger(__name__)
 
@@ -62,44 +56,6 @@ class BatchStatus:
     @property
     def committed(self) -> bool:
         return self.committed_generation is not None and self.committed_generation >= self.generation
-
-
-def open_table(table_uri: str) -> TableLog | None:
-    """The Delta table at ``table_uri``, or ``None`` when there is none yet.
-
-    A ``_delta_log/`` with no commit in it (a writer died while creating the table, leaving
-    only its temporary file) is no table yet: the next commit creates it. A directory that
-    holds other things but no Delta log is refused: loading into it would mix our files with
-    someone else's.
-    """
-    path = local_path(table_uri)
-    # A _delta_log that is a link out of the table (to another team's table) is refused
-    # before it is read, or written: commits would land in the other table's log.
-    under(path, "_delta_log")
-    table = read_log(path)
-    if table is not None:
-        return table
-    # One stat, not "is it a directory?" then "does it exist?": a racer that creates the table
-    # directory between two such checks made a first load fail with "is a file".
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISDIR(mode):
-        raise UnsupportedTableError(f"{path} is a file, not a Delta table directory")
-    entries = set(os.listdir(path))
-    # Our plan log is written only into an empty directory or a table (load_flow.freeze
-    # refuses any other first), and a _delta_log/ without a commit is a Delta writer's first
-    # commit on its way: beside either, files are a Delta Spark first write that died or is
-    # still running (it writes at the table's root), not another system's.
-    claimed = META_DIR in entries or "_delta_log" in entries
-    foreign = [] if claimed else sorted(entries - _OWN_ENTRIES)
-    if foreign:
-        raise UnsupportedTableError(
-            f"{path} exists but is not a Delta table (it holds {', '.join(foreign[:5])}); "
-            "point table_uri at an existing Delta table or at an empty or new directory"
-        )
-    return None
 
 
 def ask_table(table: TableLog | None, batch: BatchKey, generation: int = 0) -> BatchStatus:

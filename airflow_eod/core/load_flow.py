@@ -16,12 +16,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from airflow_eod.core.ask import BatchStatus, ask, open_table
+from airflow_eod.core.ask import BatchStatus, ask
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
 from airflow_eod.core.faults import fault_point
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.restatement import plan_restatement, refreeze_restatement
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.planner import own_files
-from airflow_eod.core.restatement import plan_restatement, refreeze_restatement
 from airflow_eod.core.result import (
     ALREADY_COMMITTED,
     COMMITTED,
@@ -32,7 +33,7 @@ from airflow_eod.core.result import (
 from airflow_eod.core.table_layout import normalise
 
 if TYPE_CHECKING:
-    from airflow_eod.sources.base import ReadContext, Source
+    from airflow_eod.core.source import ReadContext, Source
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchRefusedError, ConfigurationError, OverlappingIntervalError
-from airflow_eod.core.interval_index import (
+from airflow_eod.core.planlog.intervals import (
     STALE_AFTER_S,
     IntervalIndex,
     Span,
@@ -25,9 +25,9 @@ from airflow_eod.core.interval_index import (
     span_of,
     span_text,
 )
-from airflow_eod.core.offset_history import OffsetHistory
-from airflow_eod.core.plan_log import INTERVAL, OFFSETS, Plan, PlanLog
-from airflow_eod.core.restatement import refreeze_hint
+from airflow_eod.core.planlog.offsets import OffsetHistory
+from airflow_eod.core.planlog.restatement import refreeze_hint
+from airflow_eod.core.planlog.store import INTERVAL, OFFSETS, Plan, PlanLog
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from deltalake.transaction import RemoveAction
 
 from airflow_eod.core.ask import BatchStatus
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.deletion_vectors import deleted_rows
-from airflow_eod.core.delta_log import TableLog
+from airflow_eod.core.delta.deletion_vectors import deleted_rows
+from airflow_eod.core.delta.log import TableLog
 from airflow_eod.core.errors import BatchRefusedError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.table_layout import batch_dir

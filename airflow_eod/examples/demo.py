@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     dag_run = module.dag.test()
 
-    from airflow_eod.core.ask import open_table
+    from airflow_eod.core.delta.table import open_table
     from airflow_eod.core.manifest import Manifest
     from airflow_eod.examples.compare import compare_table_with_landing
 

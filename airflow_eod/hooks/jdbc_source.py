@@ -14,7 +14,7 @@ except ImportError:  # Airflow 3.1
     from airflow.configuration import conf  # type: ignore[no-redef]
 
 from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.sources.base import Credentials
+from airflow_eod.core.source import Credentials
 
 # Connection types whose host, port and schema (the database) make a JDBC URL.
 _URL_SCHEMES = {"postgres": "postgresql", "postgresql": "postgresql"}

@@ -20,7 +20,6 @@ from airflow.sdk import Asset, BaseOperator
 
 from airflow_eod.airflow_exceptions import ending_at_once
 from airflow_eod.core import spec_files
-from airflow_eod.core.atomic_file import write_private
 from airflow_eod.core.catch_up import CatchUpResult, load_batches
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, decide_submitted, load_batch
@@ -38,7 +37,9 @@ from airflow_eod.core.options import (
     is_template,
 )
 from airflow_eod.core.result import LoadResult
+from airflow_eod.core.source import Credentials, ReadContext, Source
 from airflow_eod.core.spec_files import spec_path as spec_file_path
+from airflow_eod.core.storage.atomic_file import write_private
 from airflow_eod.core.table_layout import local_path, table_asset_uri
 from airflow_eod.links.delta_table import DeltaTableLink
 from airflow_eod.operators.spark_master import check_master_reachable
@@ -49,7 +50,6 @@ from airflow_eod.run_context import (
     run_token_for,
     try_number_for,
 )
-from airflow_eod.sources.base import Credentials, ReadContext, Source
 from airflow_eod.spark.load_spec import LoadSpec
 
 if TYPE_CHECKING:

@@ -19,10 +19,10 @@ from airflow_eod.core.options import (
     check_catch_up_boundary,
     choice,
 )
+from airflow_eod.core.source import Credentials
 from airflow_eod.hooks.jdbc_source import JdbcSourceHook
 from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
 from airflow_eod.operators.interval_timetable import IntervalTimetableCheck, check_interval_timetable
-from airflow_eod.sources.base import Credentials
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 
 

@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_eod.core.ddl_schema import ddl_columns
 from airflow_eod.core.options import (
     BOUNDARIES,
     FORMATS,
@@ -14,7 +15,6 @@ from airflow_eod.core.options import (
     check_catch_up_boundary,
     check_partition_columns,
     choice,
-    ddl_columns,
     is_template,
 )
 from airflow_eod.operators.delta_load import BaseDeltaLoadOperator

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.sources.base import Credentials, ReadContext, Source
+from airflow_eod.core.source import Credentials, ReadContext, Source
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from airflow_eod.sources.landing_files import LandingFilesSource
 

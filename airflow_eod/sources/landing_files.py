@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError, UnsafePathError
-from airflow_eod.core.offset_history import OffsetHistory
 from airflow_eod.core.options import BOUNDARIES, FORMATS, choice
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.offsets import OffsetHistory
+from airflow_eod.core.planlog.restatement import refreeze_hint
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
-from airflow_eod.core.restatement import refreeze_hint
-from airflow_eod.sources.base import ReadContext
+from airflow_eod.core.source import ReadContext
 
 if TYPE_CHECKING:
     from collections.abc import Callable

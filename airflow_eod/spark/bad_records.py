@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.errors import MalformedInputError
-from airflow_eod.core.restatement import refreeze_hint
+from airflow_eod.core.planlog.restatement import refreeze_hint
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow_eod.core.ask import BatchStatus, ask, ask_table, open_table
+from airflow_eod.core.ask import BatchStatus, ask, ask_table
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.delta.compat import SCHEMA_FAIL, check_schema, computed_columns
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, ConfigurationError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
-from airflow_eod.core.table_compat import SCHEMA_FAIL, check_schema, computed_columns
+from airflow_eod.core.planlog.retention import DEFAULT_RETENTION, RETENTION_KEY
 from airflow_eod.core.table_layout import local_path
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def write_with_delta_spark(
     :param schema_policy: ``fail``, or ``add_columns`` to add the batch's new nullable
         columns in its commit (Delta Spark's ``mergeSchema``, after the same check as the
         delta-rs engine's: a type change fails either way).
-    :returns: ``(we_committed, status)`` as :func:`airflow_eod.core.commit.commit_batch`.
+    :returns: ``(we_committed, status)`` as :func:`airflow_eod.core.load_commit.commit_batch`.
     """
     table = open_table(table_uri)
     before = ask_table(table, batch, generation)

@@ -60,7 +60,7 @@ def write_error(spec_path: str, exc: BaseException, batch: str | None = None) ->
         "batch": exc.batch if isinstance(exc, BatchError) else batch,
         "cause": exc.cause if isinstance(exc, BatchError) else cause_of(exc),
     }
-    from airflow_eod.core.atomic_file import write_private
+    from airflow_eod.core.storage.atomic_file import write_private
 
     try:
         write_private(error_path(spec_path), json.dumps(data))

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from airflow_eod.core.delta.compat import SCHEMA_ADD_COLUMNS
 from airflow_eod.core.errors import (
     BatchError,
     BatchRefusedError,
@@ -34,7 +35,6 @@ from airflow_eod.core.errors import (
     MalformedInputError,
     SchemaMismatchError,
 )
-from airflow_eod.core.table_compat import SCHEMA_ADD_COLUMNS
 from airflow_eod.spark.bad_records import CORRUPT_COLUMN, LAYOUT_METADATA_KEY
 from airflow_eod.spark.landing_paths import (
     CsvDialect,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
     from pyspark.sql.types import StructField, StructType
 
-    from airflow_eod.core.plan_log import Plan
+    from airflow_eod.core.planlog.store import Plan
 
 _NAMED = 5  # problems spelled out in one error message
 

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_eod.core import table_compat
-from airflow_eod.core.ask import BatchStatus, ask, ask_table, open_table
+from airflow_eod.core.ask import BatchStatus, ask, ask_table
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
-from airflow_eod.core.commit import commit_batch
+from airflow_eod.core.delta import compat as table_compat
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import (
     BatchError,
     ConfigurationError,
@@ -28,9 +28,11 @@ from airflow_eod.core.errors import (
     UnsafePathError,
 )
 from airflow_eod.core.faults import fault_point
+from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.load_flow import FrozenBatch
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import Plan
+from airflow_eod.core.planlog.retention import check_retention
+from airflow_eod.core.planlog.store import Plan
 from airflow_eod.core.replaced_files import refuse_append_only
 from airflow_eod.core.result import (
     ALREADY_COMMITTED,
@@ -39,7 +41,6 @@ from airflow_eod.core.result import (
     decide_after_failure,
     result_from_status,
 )
-from airflow_eod.core.retention import check_retention
 from airflow_eod.core.spec_files import remove_decided_specs
 from airflow_eod.core.table_layout import attempt_dir, table_dir
 from airflow_eod.sources import Credentials, ReadContext, Source

@@ -11,15 +11,15 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from airflow_eod.core.delta.compat import SCHEMA_FAIL
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.options import ENGINES, SCHEMA_POLICIES, check_engine_options, choice
-from airflow_eod.core.plan_log import Plan
-from airflow_eod.core.table_compat import SCHEMA_FAIL
+from airflow_eod.core.planlog.store import Plan
 from airflow_eod.core.table_layout import normalise, path_part
 
 if TYPE_CHECKING:
     from airflow_eod.core.load_flow import FrozenBatch
-    from airflow_eod.sources.base import Source
+    from airflow_eod.core.source import Source
 
 
 @dataclass

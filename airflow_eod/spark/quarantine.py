@@ -8,7 +8,7 @@ rides as the *outbox* in the main commit's manifest (``Manifest.extra["quarantin
 atomically with the data. Once the main commit has landed (by this attempt, or found
 already there by a retry or a zombie), the outbox of the committed manifest is *delivered*:
 committed to the quarantine table under the same batch key and generation, which the ask
-inside :func:`~airflow_eod.core.commit.commit_batch` makes idempotent. A refused main commit
+inside :func:`~airflow_eod.core.load_commit.commit_batch` makes idempotent. A refused main commit
 therefore leaves the quarantine table untouched, and a crash between the two commits is
 healed by the next attempt's delivery.
 
@@ -27,16 +27,17 @@ import logging
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_eod.core import table_compat
-from airflow_eod.core.ask import BatchStatus, ask_table, open_table
+from airflow_eod.core.ask import BatchStatus, ask_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
-from airflow_eod.core.commit import commit_batch
+from airflow_eod.core.delta import compat as table_compat
+from airflow_eod.core.delta.binding import check_table_identity
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, BatchRefusedError
+from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.replaced_files import replaced_files
 from airflow_eod.core.staged_files import StagedBatch, StagedFile
-from airflow_eod.core.table_binding import check_table_identity
 from airflow_eod.core.table_layout import attempt_dir, local_path, normalise
 from airflow_eod.spark.bad_records import RAW_RECORD_COLUMN, SOURCE_FILE_COLUMN
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from airflow_eod.core.errors import InputChangedError
-from airflow_eod.core.plan_log import Plan
-from airflow_eod.core.restatement import refreeze_hint
-from airflow_eod.sources.base import ReadContext, Source
+from airflow_eod.core.planlog.restatement import refreeze_hint
+from airflow_eod.core.planlog.store import Plan
+from airflow_eod.core.source import ReadContext, Source
 from airflow_eod.sources.jdbc_incremental import FINGERPRINT_SCHEME, ROW_HASH_COLUMN, JdbcIncrementalSource
 from airflow_eod.sources.landing_files import DEFAULT_READ_OPTIONS, LandingFilesSource
 from airflow_eod.spark.landing_reader import read_landing_batch

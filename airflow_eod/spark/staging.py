@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.delta.parquet_stats import file_stats
 from airflow_eod.core.errors import BatchRefusedError, UnsafePathError
-from airflow_eod.core.parquet_stats import file_stats
 from airflow_eod.core.staged_files import StagedBatch, StagedFile
 from airflow_eod.core.table_layout import attempt_dir, local_path, table_dir
 

@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from airflow_eod.core import errors as eod_errors
+from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.errors import (
     BatchError,
     ConfigurationError,
@@ -48,7 +49,6 @@ from airflow_eod.core.errors import (
 )
 from airflow_eod.core.faults import ENV_VAR, POINTS, InjectedFault
 from airflow_eod.core.load_flow import LoadRequest, load_batch
-from airflow_eod.core.table_audit import audit_table
 from airflow_eod.sources import Credentials, ReadContext
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from airflow_eod.sources.landing_files import LandingFilesSource

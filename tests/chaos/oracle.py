@@ -290,9 +290,9 @@ def committed_batches(table: str, pipeline_id: str) -> list[Committed]:
     frozen (its plan). Nothing else is taken from the write path: the checker decides on its
     own whether the ranges overlap or leave gaps, and what rows each had to hold."""
     from airflow_eod.core.ask import ask
+    from airflow_eod.core.audit.status import table_status
     from airflow_eod.core.batch import BatchKey
-    from airflow_eod.core.plan_log import PlanLog
-    from airflow_eod.core.table_status import table_status
+    from airflow_eod.core.planlog.store import PlanLog
 
     if not os.path.isdir(os.path.join(table, "_delta_log")):
         return []

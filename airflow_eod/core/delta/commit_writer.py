@@ -3,7 +3,7 @@ manifest (and a widened ``metaData`` or a restatement's removes) in one log entr
 
 ``deltalake``'s write transaction needs a snapshot with every live file loaded, and its
 cost grows with the table. A commit needs far less: the version it follows and the table's
-metadata, both of which :mod:`airflow_eod.core.delta_log` reads in a bounded way. The entry
+metadata, both of which :mod:`airflow_eod.core.delta.log` reads in a bounded way. The entry
 goes to ``_delta_log/<v+1>.json`` with a put-if-absent link, as the local log store does: if
 another writer took the version, nothing is written and the caller goes back to the ask.
 
@@ -26,10 +26,9 @@ from urllib.parse import quote
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
-from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.checkpoint_index import index_after_checkpoint
-from airflow_eod.core.delta_log import (
+from airflow_eod.core.delta.checkpoint_index import index_after_checkpoint
+from airflow_eod.core.delta.log import (
     TableLog,
     checkpoint_path,
     commit_path,
@@ -37,6 +36,7 @@ from airflow_eod.core.delta_log import (
     read_commit_actions,
 )
 from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.storage.atomic_file import put_if_absent
 from airflow_eod.core.table_layout import under
 
 log = logging.getLogger(__name__)

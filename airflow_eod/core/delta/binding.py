@@ -7,9 +7,9 @@ import json
 import os
 
 from airflow_eod.core import bounded_json
-from airflow_eod.core.atomic_file import put_if_absent
-from airflow_eod.core.delta_log import read_log
+from airflow_eod.core.delta.log import read_log
 from airflow_eod.core.errors import PlanLogError, UnsupportedTableError
+from airflow_eod.core.storage.atomic_file import put_if_absent
 from airflow_eod.core.table_layout import META_DIR, under
 
 _TABLE_ID_FILE = "table.json"

@@ -2,7 +2,7 @@
 
 It trusts no writer, airflow-eod included: it neither asks (:mod:`airflow_eod.core.ask`) nor
 judges commit records the way the load path does. It reads the facts itself
-(:mod:`airflow_eod.core.table_facts`: the live files and their statistics, the ``txn``
+(:mod:`airflow_eod.core.audit.facts`: the live files and their statistics, the ``txn``
 markers and the commits still in ``_delta_log/``, the commit records and plans in the plan
 log) and reports where they break the guarantee, as :class:`Finding` objects of the fixed
 kinds in :data:`SAYS` (errors: the guarantee is broken, or will be; warnings: worth a look).
@@ -17,18 +17,18 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from airflow_eod.core.ask import open_table
-from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.durations import parse_interval
-from airflow_eod.core.errors import EodError, UnsupportedTableError
-from airflow_eod.core.retention import RETENTION_KEY, safety_margin
-from airflow_eod.core.table_facts import (
+from airflow_eod.core.audit.facts import (
     file_rows,
     read_live_files,
     read_log_facts,
     read_plan_log_facts,
     same_bytes,
 )
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.delta.table import open_table
+from airflow_eod.core.durations import parse_interval
+from airflow_eod.core.errors import EodError, UnsupportedTableError
+from airflow_eod.core.planlog.retention import RETENTION_KEY, safety_margin
 from airflow_eod.core.table_layout import DATA_DIR, local_path
 
 ERROR, WARNING = "error", "warning"

@@ -14,11 +14,11 @@ Layout, under ``<table>/_eod/pipelines/<pipeline_id>/``::
                                  link N+1 re-freezes a restatement whose input changed)
     files/<path hash>.json       which interval batch owns a landing file (first claim wins)
     spans/<day>/<start>_<end>.json  the intervals a JDBC pipeline froze, by the UTC days they
-                                 touch (see :mod:`airflow_eod.core.interval_index`)
+                                 touch (see :mod:`airflow_eod.core.planlog.intervals`)
     loaded/<seq>.json            the inputs every offset batch up to <seq> loaded (an index,
-                                 see :mod:`airflow_eod.core.offset_history`)
+                                 see :mod:`airflow_eod.core.planlog.offsets`)
     batches/<batch_key>/g<N>.<table id>.json  the durable commit record of generation N
-                                 (see :mod:`airflow_eod.core.commit_record`)
+                                 (see :mod:`airflow_eod.core.records.store`)
 
 Entries carry a checksum; an entry that does not parse or whose checksum does not match
 (hand edits, truncation) raises :class:`PlanLogError` rather than being used. Every entry is
@@ -34,10 +34,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_eod.core import bounded_json
-from airflow_eod.core.atomic_file import put_if_absent
 from airflow_eod.core.batch import BatchKey, fingerprint, validate_pipeline_id
+from airflow_eod.core.delta.binding import bound_table_id, check_table_identity
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import PlanLogError, UnsafePathError
-from airflow_eod.core.table_binding import bound_table_id, check_table_identity
+from airflow_eod.core.storage.atomic_file import put_if_absent
 from airflow_eod.core.table_layout import META_DIR, local_path, path_part, under
 
 PLAN_FORMAT = 1
@@ -120,8 +121,6 @@ class PlanLog:
         refused load must leave someone else's directory exactly as it was."""
         if self._target_checked:
             return
-        from airflow_eod.core.ask import open_table  # ask reads the plan log: import late
-
         table = open_table(self.table_path)  # raises UnsupportedTableError for a foreign directory
         check_table_identity(self.table_path, None if table is None else str(table.metadata().id))
         self._target_checked = True

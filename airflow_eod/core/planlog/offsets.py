@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.store import Plan, PlanLog
 
 INDEX_EVERY = 100
 

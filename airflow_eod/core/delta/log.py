@@ -5,7 +5,7 @@ included, so its cost grows with the table (about 30 ms at 10,000 files here) an
 ask paid it. The ask and the commit need only the table's version, its metadata and
 protocol, and the ``txn`` markers. So this module reads, from ``_last_checkpoint`` on:
 
-- the newest checkpoint: its index (:mod:`airflow_eod.core.checkpoint_index`) where
+- the newest checkpoint: its index (:mod:`airflow_eod.core.delta.checkpoint_index`) where
   airflow-eod wrote one, else only its ``txn``, ``metaData`` and ``protocol`` columns;
 - the commits after it, one file each, parsing only their ``txn``, ``metaData`` and
   ``protocol`` lines.
@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from airflow_eod.core import bounded_json
-from airflow_eod.core.checkpoint_index import IndexMismatch, read_index
+from airflow_eod.core.delta.checkpoint_index import IndexMismatch, read_index
 from airflow_eod.core.durations import parse_interval
 from airflow_eod.core.errors import ConfigurationError, CorruptTableError, EodError, UnsupportedTableError
 

@@ -1,6 +1,6 @@
 """What a table's log and plan log hold, read without trusting any writer's summary of it.
 
-:mod:`airflow_eod.core.table_audit` judges these facts; this module only reads them, and
+:mod:`airflow_eod.core.audit.verify` judges these facts; this module only reads them, and
 reads all of them (an audit is not the hot path): the live files with their statistics as
 delta-rs reports them, every JSON commit still in ``_delta_log/`` (adds with their
 ``dataChange`` and row counts, removes, ``txn`` markers, manifests), the markers of the
@@ -29,11 +29,11 @@ from deltalake import DeltaTable
 
 from airflow_eod.core import bounded_json
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.deletion_vectors import deleted_rows
-from airflow_eod.core.delta_log import open_checkpoint
+from airflow_eod.core.delta.deletion_vectors import deleted_rows
+from airflow_eod.core.delta.log import open_checkpoint
 from airflow_eod.core.errors import CorruptTableError, EodError, UnsafePathError
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.table_layout import DATA_DIR, META_DIR, path_part
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")

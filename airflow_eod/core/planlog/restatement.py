@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.store import Plan, PlanLog
 
 log = logging.getLogger(__name__)
 

@@ -7,12 +7,13 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from airflow_eod.core.ask import BatchStatus, ask_table, open_table
+from airflow_eod.core.ask import BatchStatus, ask_table
 from airflow_eod.core.batch import BatchKey, validate_pipeline_id
-from airflow_eod.core.delta_log import TableLog
+from airflow_eod.core.delta.log import TableLog
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.table_layout import META_DIR, local_path, under
 
 

@@ -28,8 +28,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.delta_commit import uri_path
-from airflow_eod.core.delta_log import (
+from airflow_eod.core.delta.commit_writer import uri_path
+from airflow_eod.core.delta.log import (
     TableLog,
     checkpoint_holds,
     checkpoint_paths_under,
@@ -38,7 +38,7 @@ from airflow_eod.core.delta_log import (
 )
 from airflow_eod.core.errors import CorruptRecordError, CorruptTableError
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.table_layout import batch_dir
 
 log = logging.getLogger(__name__)
@@ -318,7 +318,7 @@ def find_commit(table: TableLog, batch: BatchKey, generation: int) -> tuple[int,
 def _part_of_table(table: TableLog, batch: BatchKey, generation: int, version: int) -> bool:
     """Whether a commit at or below the checkpoint is the table's, not a stale writer's commit
     put into a hole a log cleanup left (it may even have taken the file name of the commit the
-    cleanup removed; see :func:`airflow_eod.core.delta_log.checkpoint_holds`).
+    cleanup removed; see :func:`airflow_eod.core.delta.log.checkpoint_holds`).
 
     The table's own commit left a trace: the checkpoint holds its first file (live, or as a
     tombstone) or, for a commit without files, its marker at ``generation``; or, once the

@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.plan_log import Plan, PlanLog
+from airflow_eod.core.planlog.store import Plan, PlanLog
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+# A pyspark.sql.SparkSession. Named, not imported: the core never imports Spark, so that it
+# runs (and is tested) without a JVM.
+SparkSession = Any
 
 
 @dataclass(frozen=True)

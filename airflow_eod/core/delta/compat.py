@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_eod.core.delta_log import TableLog
+from airflow_eod.core.delta.log import TableLog
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
 
 

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from airflow_eod.core.errors import PlanLogError
-from airflow_eod.core.plan_log import INTERVAL, PlanLog
+from airflow_eod.core.planlog.store import INTERVAL, PlanLog
 
 _DAY_US = 86_400 * 1_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

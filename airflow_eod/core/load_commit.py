@@ -2,8 +2,8 @@
 ``txn`` marker and its manifest.
 
 The marker check and the commit run against the same snapshot, read in a bounded way
-(:mod:`airflow_eod.core.delta_log`), and the commit takes exactly the version after it
-(:mod:`airflow_eod.core.delta_commit`). A racing commit that took that version makes ours
+(:mod:`airflow_eod.core.delta.log`), and the commit takes exactly the version after it
+(:mod:`airflow_eod.core.delta.commit_writer`). A racing commit that took that version makes ours
 fail; the loser goes back to the ask and never blindly retries the commit.
 """
 
@@ -21,20 +21,21 @@ from deltalake import CommitProperties, Schema, Transaction
 from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from airflow_eod.core import table_compat
-from airflow_eod.core.ask import BatchStatus, ask_table, open_table
+from airflow_eod.core.ask import BatchStatus, ask_table
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.commit_record import CommitRecord, write_record
-from airflow_eod.core.delta_commit import checkpoint_due, uri_path, write_checkpoint, write_commit
-from airflow_eod.core.delta_log import TableLog, checkpoint_holds
+from airflow_eod.core.delta import compat as table_compat
+from airflow_eod.core.delta.binding import check_table_identity
+from airflow_eod.core.delta.commit_writer import checkpoint_due, uri_path, write_checkpoint, write_commit
+from airflow_eod.core.delta.log import TableLog, checkpoint_holds
+from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, BatchRefusedError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.plan_log import PlanLog
+from airflow_eod.core.planlog.retention import DEFAULT_RETENTION, RETENTION_KEY
+from airflow_eod.core.planlog.store import PlanLog
+from airflow_eod.core.records.store import CommitRecord, write_record
 from airflow_eod.core.replaced_files import refuse_dropping_landed_files, replaced_files
-from airflow_eod.core.retention import DEFAULT_RETENTION, RETENTION_KEY
 from airflow_eod.core.staged_files import StagedBatch
-from airflow_eod.core.table_binding import check_table_identity
 from airflow_eod.core.table_layout import local_path
 
 log = logging.getLogger(__name__)

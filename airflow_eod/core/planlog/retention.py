@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from airflow_eod.core.delta_log import TableLog
+from airflow_eod.core.delta.log import TableLog
 from airflow_eod.core.durations import parse_interval
 from airflow_eod.core.errors import RetentionWindowError
-from airflow_eod.core.plan_log import Plan
+from airflow_eod.core.planlog.store import Plan
 
 RETENTION_KEY = "delta.setTransactionRetentionDuration"
 DEFAULT_RETENTION = "interval 30 days"

@@ -1,0 +1,1 @@
+"""The audit: ``verify``, the facts it reads from the log, and a batch's status."""

@@ -1,0 +1,1 @@
+"""The Delta log: reading it, writing commits, checkpoints and their index, table compatibility."""

@@ -1,0 +1,1 @@
+"""The plan log: plans, claims, offsets, intervals, restatement chains and retention."""

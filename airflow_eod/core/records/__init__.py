@@ -1,0 +1,1 @@
+"""Commit records: the durable list of a batch's files, kept beside the plan log."""

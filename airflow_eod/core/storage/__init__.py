@@ -1,0 +1,1 @@
+"""Where airflow-eod's own bytes live: the storage seam and its local backend."""
