@@ -91,10 +91,10 @@ dist: $(BUILD_VENV)/.installed
 	rm -rf $(DIST)
 	$(BUILD_VENV)/bin/python -m build --outdir $(DIST) .
 
-# The built wheel installed into a fresh venv, and both files checked (tests/test_dist.py says
+# The built wheel installed into a fresh venv, and both files checked (tests/tooling/test_dist.py says
 # how, and why the fresh venv borrows .venv's dependencies instead of downloading them).
 dist-check: dist $(STAMP)
-	EOD_DIST_DIR=$(DIST) $(BIN)/python -m pytest -m dist tests/test_dist.py $(PYTEST_ARGS)
+	EOD_DIST_DIR=$(DIST) $(BIN)/python -m pytest -m dist tests/tooling/test_dist.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(BUILD_VENV) $(DIST) .demo .pytest_cache .mypy_cache .ruff_cache

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     SPARK["engine"] = args.engine
     server = None
     if not args.no_postgres and os.path.exists(POSTGRES_JDBC_JAR):
-        from tests.postgres_server import PostgresServer
+        from tests.support.postgres_server import PostgresServer
 
         server = PostgresServer.start()
     SPARK["postgres"] = server

@@ -221,7 +221,7 @@ def spark_session() -> SparkSession:
     Delta Spark jars and SQL extension where EOD_DELTA_SPARK_JARS names the jars (the engines
     area)."""
     from airflow_eod.spark.session import get_session
-    from tests.spark_conf import session_conf
+    from tests.support.spark_conf import session_conf
 
     conf = {**session_conf(POSTGRES_JDBC_JAR), "spark.ui.showConsoleProgress": "false"}
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")

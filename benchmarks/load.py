@@ -64,7 +64,7 @@ class _SparkClock:
 # What ``_instrumented`` wraps: (module, attribute, clock kind). ``run_load`` calls the reader
 # and the malformed-record split by the names it imported into ``load_job``, and the staging
 # write and footer statistics through ``staging``'s globals. A refactor that moves one of them
-# fails the benchmark's smoke test (tests/test_bench_smoke.py) instead of crashing ``make bench``.
+# fails the benchmark's smoke test (tests/tooling/test_bench_smoke.py) instead of crashing ``make bench``.
 SPARK_STEPS: tuple[tuple[Any, str, str], ...] = (
     (load_job, "read_batch", "spark"),
     (load_job, "split_malformed", "spark"),

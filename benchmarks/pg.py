@@ -1,5 +1,5 @@
 """A real PostgreSQL for the JDBC planning figures, started by the tests' own starter
-(:mod:`tests.postgres_server`), and the source table the JDBC pipeline plans against."""
+(:mod:`tests.support.postgres_server`), and the source table the JDBC pipeline plans against."""
 
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ def _port_free(port: int) -> bool:
 
 
 def start() -> Any:
-    """Start a throwaway server on 127.0.0.1 (``tests.postgres_server.PostgresServer``)."""
+    """Start a throwaway server on 127.0.0.1 (``tests.support.postgres_server.PostgresServer``)."""
     try:
-        from tests import postgres_server
+        from tests.support import postgres_server
     except ImportError as exc:  # pytest or psycopg2 missing: `pip install -e '.[bench]'`
-        raise PostgresUnavailable(f"cannot import tests.postgres_server: {exc}") from exc
+        raise PostgresUnavailable(f"cannot import tests.support.postgres_server: {exc}") from exc
     own_free_port = postgres_server._free_port
     if _port_free(PREFERRED_PORT):
         postgres_server._free_port = lambda: PREFERRED_PORT  # type: ignore[assignment]

@@ -6,7 +6,7 @@ targets, ratios and verdicts.
 Prints the table, writes ``benchmarks/results/<quick|full>.json`` and PNG charts beside it,
 and rewrites the run's section of ``benchmarks/README.md``. ``--smoke`` runs every area at
 toy sizes, writes its JSON into the work directory only, and draws no charts (CI runs it:
-``tests/test_bench_smoke.py``). Benchmarks, not tests: nothing
+``tests/tooling/test_bench_smoke.py``). Benchmarks, not tests: nothing
 here fails on a missed target (the exit code is non-zero only when an area crashed).
 """
 

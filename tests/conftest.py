@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark_cluster import spark_cluster  # noqa: F401  (the `cluster` tier's session fixture)
+from tests.support.spark_cluster import spark_cluster  # noqa: F401  (the `cluster` tier's session fixture)
 
 DELTA_SPARK_JARS_ENV = "EOD_DELTA_SPARK_JARS"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
@@ -88,7 +88,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from airflow_eod.spark.session import get_session
-    from tests.spark_conf import session_conf
+    from tests.support.spark_conf import session_conf
 
     # One session serves every tier, so every jar a test needs goes in at start.
     session = get_session(conf=session_conf(POSTGRES_JDBC_JAR))
@@ -111,7 +111,7 @@ def airflow_db() -> str:
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Any]:
     """A real PostgreSQL server on 127.0.0.1, started for this test session."""
-    from tests.postgres_server import PostgresServer
+    from tests.support.postgres_server import PostgresServer
 
     server = PostgresServer.start()
     yield server

@@ -28,7 +28,7 @@ from typing import Any
 
 from tests.chaos.report import REPORT
 from tests.chaos.world import PARTS
-from tests.spark_conf import DELTA_SPARK_JARS_ENV, delta_spark_conf, session_conf
+from tests.support.spark_conf import DELTA_SPARK_JARS_ENV, delta_spark_conf, session_conf
 
 __all__ = ["DELTA_SPARK_JARS_ENV", "ForeignRows", "delta_spark_conf", "session_conf"]
 

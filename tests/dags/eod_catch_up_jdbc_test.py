@@ -1,4 +1,4 @@
-"""A JDBC load that catches up in one task (tests/test_catch_up_and_refreeze.py)."""
+"""A JDBC load that catches up in one task (tests/airflow/test_catch_up_and_refreeze.py)."""
 
 from __future__ import annotations
 

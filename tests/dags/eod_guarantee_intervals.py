@@ -16,7 +16,7 @@ from typing import Any
 from airflow.sdk import DAG
 
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
-from tests.airflow_compat import CronDataIntervalTimetable
+from tests.support.airflow_compat import CronDataIntervalTimetable
 
 ROOT = os.environ.get("EOD_TEST_IV_LANDING", "/nonexistent/landing")
 TABLE = os.environ.get("EOD_TEST_IV_TABLE", "/nonexistent/table")

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from airflow.sdk import DAG
 
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
-from tests.airflow_compat import CronDataIntervalTimetable
+from tests.support.airflow_compat import CronDataIntervalTimetable
 
 ROOT = os.environ.get("EOD_TEST_MAPPED_LANDING", "/nonexistent/landing")
 ORDERS = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"

@@ -1,4 +1,4 @@
-"""A DAG with two load tasks and no restate params (tests/test_catch_up_and_refreeze.py): the
+"""A DAG with two load tasks and no restate params (tests/airflow/test_catch_up_and_refreeze.py): the
 way out of a changed input must work through ``dag_run.conf`` alone, and only for the
 pipeline the conf names."""
 

@@ -11,7 +11,7 @@ from airflow.sdk import DAG
 
 from airflow_eod.operators.jdbc_to_delta import JdbcToDeltaOperator
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
-from tests.airflow_compat import CronDataIntervalTimetable
+from tests.support.airflow_compat import CronDataIntervalTimetable
 
 ORDERS_SCHEMA = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"
 # The executors run this interpreter, where airflow-eod is installed, on a one-core slice.

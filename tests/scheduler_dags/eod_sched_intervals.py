@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import DAG
 
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
-from tests.airflow_compat import CronDataIntervalTimetable
+from tests.support.airflow_compat import CronDataIntervalTimetable
 
 ROOT = os.environ.get("EOD_SCHED_ROOT", "/nonexistent/eod-sched")
 # A short-lived JVM spends most of its CPU in the JIT: C1 only and the serial GC halve a

@@ -1,0 +1,85 @@
+"""The benchmark runs: every area of ``benchmarks.run`` at toy sizes (``--smoke``), in its
+own process, as ``make bench`` would run it.
+
+Before issue 18 (item 21) nothing ran the benchmark, and ``make bench QUICK=1`` crashed in
+its load area (``AttributeError: type object 'LandingFilesSource' has no attribute 'read'``:
+the reader had moved to ``airflow_eod/spark/readers.py``). No timing is asserted here: only
+that every area runs, produces its rows, and that the loads it measures hold their rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.support.postgres_server import JDBC_JAR, _bindir
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+pytestmark = [pytest.mark.bench, pytest.mark.spark]
+
+
+def _smoke_rows(work: str, *extra: str) -> list[dict[str, Any]]:
+    """Run ``benchmarks.run --smoke`` into ``work``; the rows of its JSON."""
+    env = {**os.environ, "PYTHONPATH": REPO, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("EOD_FAULTPOINTS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--smoke", "--work", work, *extra],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, f"the smoke run failed:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+    with open(os.path.join(work, "smoke.json")) as fh:
+        rows: list[dict[str, Any]] = json.load(fh)["rows"]
+    return rows
+
+
+def test_every_benchmark_area_runs(tmp_path: str) -> None:
+    """``python -m benchmarks.run --smoke``: exit 0, no area crashed, each area's rows there
+    (the peer area with both its cases), and the run wrote its JSON into the work directory
+    only, not over the committed results."""
+    postgres = _bindir() is not None and os.path.exists(JDBC_JAR)
+    if not postgres and os.environ.get("EOD_REQUIRE_POSTGRES"):
+        pytest.fail("PostgreSQL binaries or its JDBC jar are missing (the history area's jdbc figures)")
+    work = os.path.join(str(tmp_path), "bench")
+    results = os.path.join(REPO, "benchmarks", "results")
+    before = {n: os.stat(os.path.join(results, n)).st_mtime_ns for n in os.listdir(results)}
+    rows = _smoke_rows(work)
+    errors = [r for r in rows if r["status"] == "ERROR"]
+    if not postgres:  # without the binaries only the jdbc history cannot run, and says why
+        errors = [r for r in errors if "jdbc" not in r["figure"]]
+    assert errors == [], errors
+    areas = {r["area"] for r in rows}
+    assert {"ask", "commit", "planning", "state", "load", "peer", "engines"} <= areas, areas
+    peer = [r["figure"] for r in rows if r["area"] == "peer"]
+    for case in ("one file", "partitioned"):
+        assert any(f.startswith(f"{case}:") and "airflow-eod, total" in f for f in peer), peer
+    assert all(r["value"] is not None for r in rows if r["area"] in ("load", "peer")), rows
+    after = {n: os.stat(os.path.join(results, n)).st_mtime_ns for n in os.listdir(results)}
+    assert after == before, "a smoke run must not overwrite benchmarks/results"
+
+
+@pytest.mark.delta_spark
+def test_the_engines_area_loads_with_both_engines_beside_a_plain_delta_write(tmp_path: str) -> None:
+    """``benchmarks.run --smoke --only engines`` with the Delta Spark jars: the plain Spark
+    Delta write, the delta-spark load and the delta-rs load each measured (the area checks
+    that every load committed its rows and every table holds all it was given, or it
+    crashes), the two loads as ratios against the plain write."""
+    rows = _smoke_rows(os.path.join(str(tmp_path), "bench"), "--only", "engines")
+    engines = [r for r in rows if r["area"] == "engines"]
+    assert [r for r in rows if r["status"] == "ERROR"] == [], rows
+    figures = [r["figure"] for r in engines]
+    assert any("plain Spark Delta write" in f for f in figures), figures
+    for engine in ("delta-spark", "delta-rs"):
+        (mine,) = [r for r in engines if f"{engine} engine" in r["figure"]]
+        assert mine["value"] is not None and mine["value"] > 0, mine
+        assert mine["ratio"] is not None and mine["ratio"] > 0, mine
+        assert "plain Delta write" in mine["note"], mine
