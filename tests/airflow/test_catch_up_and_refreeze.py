@@ -38,7 +38,12 @@ from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, NO_NEW_DATA
 from airflow_eod.examples.sample_data import write_order_files
 from tests.conftest import REPO
 from tests.support.helpers import check, load_dag_file, task_tries, xcom_value
-from tests.support.jdbc_helpers import airflow_connection, check_against_postgres, create_orders, insert_orders
+from tests.support.jdbc_helpers import (
+    airflow_connection,
+    check_against_postgres,
+    create_orders,
+    insert_orders,
+)
 
 DAGS = os.path.join(REPO, "tests", "dags")
 # Where submitted attempts' specs live (airflow_eod.core.spec_files.SPECS_DIR). The modules

@@ -23,7 +23,12 @@ from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED
 from airflow_eod.examples.sample_data import write_order_files
 from tests.conftest import REPO
 from tests.support.helpers import check, load_dag_file, xcom_value
-from tests.support.jdbc_helpers import airflow_connection, check_against_postgres, create_orders, insert_orders
+from tests.support.jdbc_helpers import (
+    airflow_connection,
+    check_against_postgres,
+    create_orders,
+    insert_orders,
+)
 from tests.support.spark_cluster import task_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.airflow]

@@ -25,8 +25,8 @@ from deltalake import DeltaTable
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.examples.compare import compare_table_with_landing
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS
-from tests.support.airflow_services import AirflowServices, running_airflow
 from tests.scheduler_dags.slow_transform import ROOT_ENV, pid_file, started_file
+from tests.support.airflow_services import AirflowServices, running_airflow
 
 pytestmark = pytest.mark.scheduler
 

@@ -26,9 +26,9 @@ from airflow_eod.core.table_layout import DATA_DIR
 from airflow_eod.examples.compare import Comparison, compare_rows, read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
+from tests.delta_spark.test_delta_spark_engine import pytestmark as delta_spark_tier
 from tests.support.delta_spark_helpers import DELTA_MAJOR
 from tests.support.helpers import orders_source, plan_for, restate, spec_for
-from tests.delta_spark.test_delta_spark_engine import pytestmark as delta_spark_tier
 
 pytestmark = delta_spark_tier
 

@@ -20,12 +20,12 @@ from airflow_eod.core.faults import InjectedFault
 from airflow_eod.examples.compare import read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
+from tests.delta_spark.test_delta_spark_engine import pytestmark as delta_spark_tier
 from tests.support.delta_spark_helpers import DELTA_MAJOR
 from tests.support.delta_spark_helpers import findings as _findings
 from tests.support.delta_spark_helpers import log_commit as _commit
 from tests.support.delta_spark_helpers import sql_on as _sql
 from tests.support.helpers import check, orders_source, plan_for, spec_for
-from tests.delta_spark.test_delta_spark_engine import pytestmark as delta_spark_tier
 
 pytestmark = delta_spark_tier
 

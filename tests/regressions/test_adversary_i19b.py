@@ -19,13 +19,13 @@ from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.errors import ForeignMarkerError
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.spark.load_job import run_load
+from tests.delta_spark.test_delta_spark_engine import pytestmark as delta_spark_tier
+from tests.regressions.test_adversary_i19 import MERGE_DELETING_1003_INSERTING_ONE
 from tests.support.delta_spark_helpers import findings as _findings
 from tests.support.delta_spark_helpers import log_commit as _commit
 from tests.support.delta_spark_helpers import spark_ids as _ids
 from tests.support.delta_spark_helpers import sql_on as _sql
 from tests.support.helpers import check, orders_source, plan_for, spec_for
-from tests.regressions.test_adversary_i19 import MERGE_DELETING_1003_INSERTING_ONE
-from tests.delta_spark.test_delta_spark_engine import pytestmark as delta_spark_tier
 
 pytestmark = delta_spark_tier
 

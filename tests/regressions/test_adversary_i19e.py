@@ -21,11 +21,11 @@ from deltalake import DeltaTable
 from airflow_eod.core.ask import ask
 from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.spark.load_job import run_load
+from tests.delta_spark.test_delta_spark_engine import pytestmark as delta_spark_tier
 from tests.support.delta_spark_helpers import findings as _findings
 from tests.support.delta_spark_helpers import set_marker as _marker
 from tests.support.delta_spark_helpers import sql_on as _sql
 from tests.support.helpers import check, orders_source, plan_for, restate, spec_for
-from tests.delta_spark.test_delta_spark_engine import pytestmark as delta_spark_tier
 
 pytestmark = delta_spark_tier
 

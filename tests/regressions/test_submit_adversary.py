@@ -33,7 +33,12 @@ from airflow_eod.spark.load_job import local_run
 from airflow_eod.spark.load_spec import LoadSpec
 from tests.conftest import REPO
 from tests.support.helpers import check, run_child
-from tests.support.jdbc_helpers import airflow_connection, check_against_postgres, create_orders, insert_orders
+from tests.support.jdbc_helpers import (
+    airflow_connection,
+    check_against_postgres,
+    create_orders,
+    insert_orders,
+)
 from tests.support.spark_cluster import task_env
 
 DAY = (dt.datetime(2026, 11, 2, tzinfo=dt.UTC), dt.datetime(2026, 11, 3, tzinfo=dt.UTC))

@@ -19,7 +19,12 @@ from airflow_eod.spark.driver import CREDENTIALS_PASSWORD_ENV, CREDENTIALS_USER_
 from airflow_eod.spark.load_job import run_load
 from airflow_eod.spark.load_spec import LoadSpec
 from tests.support.helpers import run_child
-from tests.support.jdbc_helpers import airflow_connection, check_against_postgres, create_orders, insert_orders
+from tests.support.jdbc_helpers import (
+    airflow_connection,
+    check_against_postgres,
+    create_orders,
+    insert_orders,
+)
 
 pytestmark = [pytest.mark.jdbc, pytest.mark.spark]
 

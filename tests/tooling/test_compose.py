@@ -37,8 +37,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import spark_cluster
 from tests.conftest import REPO
+from tests.support import spark_cluster
 from tests.support.helpers import load_dag_file
 
 COMPOSE_FILE = os.path.join(REPO, "docker-compose.yaml")
@@ -425,7 +425,8 @@ def services_module() -> ModuleType:
         if exc.name != "tests.support.airflow_services":
             raise
         pytest.skip(
-            "tests/support/airflow_services.py (the scheduler tier's Airflow commands and settings) is missing"
+            "tests/support/airflow_services.py (the scheduler tier's Airflow commands and settings)"
+            " is missing"
         )
     return module
 
