@@ -1,5 +1,6 @@
-# Set-up and the two commands the README names: `make demo` and `make test`.
-# Both create (or reuse) a project-local .venv; prerequisites are Python 3.11+ and Java 17+.
+# Set-up and the two commands the README names: `make demo` and `make test`; `make help` lists
+# every target. All create (or reuse) a project-local .venv; prerequisites are Python 3.11+ and
+# Java 17+ (`make test-unit` needs no Java). The test tiers are described in CONTRIBUTING.md.
 
 PYTHON ?= python3
 VENV := .venv
@@ -7,13 +8,19 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-airflow-lowest lint typecheck check-java clean bench dist dist-check jars test-spark-versions
+.PHONY: help demo test test-unit test-spark test-airflow test-airflow-lowest lint typecheck check-python check-java clean bench dist dist-check jars test-spark-versions
+.DEFAULT_GOAL := help
 
-check-java:
+help: ## list the targets and what each does
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-zA-Z_-]+:[^#]*## / {printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+check-python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { echo "Python 3.11 or newer is required"; exit 1; }
+
+check-java: check-python
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 or newer is required (Spark runs on the JVM): install a JDK, e.g. 'apt-get install openjdk-17-jdk-headless'"; exit 1; }
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	 if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then echo "Java 17 or newer is required, found: $$(java -version 2>&1 | head -1)"; exit 1; fi
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { echo "Python 3.11 or newer is required"; exit 1; }
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,20 +28,49 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: check-java $(STAMP)
+demo: check-java $(STAMP) ## load the example pipeline locally and show the table (README)
 	$(BIN)/python -m airflow_eod.examples.demo
 
 # The Delta Spark jars (not on PyPI) for the `delta_spark` tier, fetched once with Maven into
 # ~/.cache/airflow-eod/jars (airflow_eod/spark/jars.py); a second run fetches nothing. Without
 # Maven the tier skips and says why (CI fails instead). `make demo` needs none of this.
-jars: $(STAMP)
+jars: $(STAMP) ## fetch the Delta Spark jars for the delta_spark tier (Maven, once)
 	@$(BIN)/python -m airflow_eod.spark.jars >/dev/null || echo "the delta_spark tier will be skipped (see above)"
 
-test: check-java $(STAMP) jars
+# The tiers (CONTRIBUTING.md): a test with none of the "needs" markers of pyproject.toml is a
+# `unit` test (tests/support/tiers.py marks it). test-unit points JAVA_HOME nowhere, so that a
+# test that starts Spark without saying so fails there instead of passing slowly.
+NO_JVM := JAVA_HOME=/no-jvm-in-the-unit-tier
+SPARK_TIER := (spark or jdbc or delta_spark) and not airflow and not cluster and not scheduler and not bench and not dist
+AIRFLOW_TIER := airflow and not cluster and not scheduler
+
+test-unit: check-python $(STAMP) ## the tests that need no JVM and no server (about two minutes; no Java needed)
+	$(NO_JVM) $(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
+
+test-spark: check-java $(STAMP) jars ## the local Spark tier: loads, faults, JDBC and Delta Spark, without Airflow
+	$(BIN)/python -m pytest -m "$(SPARK_TIER)" $(PYTEST_ARGS)
+
+test-airflow: check-java $(STAMP) ## the Airflow tier: operators, sensor and DAGs under dag.test()
+	$(BIN)/python -m pytest -m "$(AIRFLOW_TIER)" $(PYTEST_ARGS)
+
+# What CI runs (.ci/run): the lint, then every test in two sessions: the unit tier (no JVM),
+# then everything else in one session (one SparkSession): the spark and airflow tiers and the
+# cluster, scheduler, bench and dist tests. `-m unit` and `-m "not unit"` together are the whole
+# suite; the second session runs even when the first fails, so a run reports every failure.
+# PYTEST_ARGS may pick tests of one session only: "no tests ran" (exit 5) in the other is no
+# failure, unless neither ran any.
+test: check-java $(STAMP) jars ## the lint and every test (all tiers), as CI runs them
 	$(BIN)/ruff check airflow_eod dags tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@failed=0; empty=0; \
+	 echo "$(NO_JVM) $(BIN)/python -m pytest -m unit $(PYTEST_ARGS)"; \
+	 $(NO_JVM) $(BIN)/python -m pytest -m unit $(PYTEST_ARGS); s=$$?; \
+	 if [ $$s -eq 5 ]; then empty=$$((empty + 1)); elif [ $$s -ne 0 ]; then failed=$$s; fi; \
+	 echo "$(BIN)/python -m pytest -m \"not unit\" $(PYTEST_ARGS)"; \
+	 $(BIN)/python -m pytest -m "not unit" $(PYTEST_ARGS); s=$$?; \
+	 if [ $$s -eq 5 ]; then empty=$$((empty + 1)); elif [ $$s -ne 0 ]; then failed=$$s; fi; \
+	 if [ $$failed -ne 0 ]; then exit $$failed; elif [ $$empty -eq 2 ]; then exit 5; fi
 
 # The `airflow` tier again on the lowest Airflow release pyproject.toml admits (CI runs it
 # after `make test`; the highest is the one `make test` installs).
@@ -48,18 +84,18 @@ $(LOWEST_STAMP): pyproject.toml
 	$(LOWEST_VENV)/bin/pip install --quiet -e '.[dev]' 'apache-airflow[postgres]==$(AIRFLOW_LOWEST)'
 	touch $(LOWEST_STAMP)
 
-test-airflow-lowest: check-java $(LOWEST_STAMP)
+test-airflow-lowest: check-java $(LOWEST_STAMP) ## the Airflow tier on the lowest Airflow release we admit (CI)
 	$(LOWEST_VENV)/bin/python -c 'import airflow; assert airflow.__version__ == "$(AIRFLOW_LOWEST)", airflow.__version__'
-	$(LOWEST_VENV)/bin/python -m pytest -m "airflow and not scheduler and not cluster" $(PYTEST_ARGS)
+	$(LOWEST_VENV)/bin/python -m pytest -m "$(AIRFLOW_TIER)" $(PYTEST_ARGS)
 
 # The spark, delta_spark and cluster tiers on the lowest Spark pyproject.toml admits and on
 # Spark 3.5 with Delta 3.3 (a cluster's release), each in its own venv (tests/spark_versions.sh).
 # By script, not in CI: each release takes 25 to 40 minutes here.
 SPARK_VERSIONS ?= 4.0.1 3.5.8
-test-spark-versions: check-java
+test-spark-versions: check-java ## the Spark tiers on Spark 4.0.1 and 3.5 (by hand, 25-40 min each)
 	PYTHON=$(PYTHON) tests/spark_versions.sh $(SPARK_VERSIONS)
 
-lint: $(STAMP)
+lint: $(STAMP) ## ruff, mypy and the import contracts
 	$(BIN)/ruff check airflow_eod dags tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
@@ -74,7 +110,7 @@ $(BENCH_STAMP): pyproject.toml | $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-bench: check-java $(BENCH_STAMP)
+bench: check-java $(BENCH_STAMP) ## the benchmarks (QUICK=1 for a reduced set; benchmarks/README.md)
 	$(BIN)/python -m benchmarks.run $(if $(filter-out 0,$(QUICK)),--quick) $(if $(filter-out 0,$(RESUME)),--resume)
 
 # A wheel and an sdist in dist/ (README "Use it in a DAG"). `build` lives in a venv of its own,
@@ -87,14 +123,14 @@ $(BUILD_VENV)/.installed:
 	$(BUILD_VENV)/bin/pip install --quiet --upgrade pip build
 	touch $(BUILD_VENV)/.installed
 
-dist: $(BUILD_VENV)/.installed
+dist: $(BUILD_VENV)/.installed ## build a wheel and an sdist into dist/
 	rm -rf $(DIST)
 	$(BUILD_VENV)/bin/python -m build --outdir $(DIST) .
 
 # The built wheel installed into a fresh venv, and both files checked (tests/tooling/test_dist.py says
 # how, and why the fresh venv borrows .venv's dependencies instead of downloading them).
-dist-check: dist $(STAMP)
+dist-check: dist $(STAMP) ## install the built wheel in a fresh venv and check both files
 	EOD_DIST_DIR=$(DIST) $(BIN)/python -m pytest -m dist tests/tooling/test_dist.py $(PYTEST_ARGS)
 
-clean:
+clean: ## remove the venvs, dist/ and caches
 	rm -rf $(VENV) $(BUILD_VENV) $(DIST) .demo .pytest_cache .mypy_cache .ruff_cache

@@ -15,6 +15,9 @@ import pytest
 
 from tests.support.spark_cluster import spark_cluster  # noqa: F401  (the `cluster` tier's session fixture)
 
+# The `unit` tier: tests with none of the "needs" markers (pyproject.toml) are marked `unit`.
+pytest_plugins = ["tests.support.tiers"]
+
 DELTA_SPARK_JARS_ENV = "EOD_DELTA_SPARK_JARS"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))

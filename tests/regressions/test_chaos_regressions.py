@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from airflow_eod.core import ask as ask_module
+# open_table (and the `os` the racer patches) moved from the ask to core/delta/table.py (e6eaaa8).
+from airflow_eod.core.delta import table as ask_module
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import InputChangedError
 from airflow_eod.core.load_commit import commit_batch
