@@ -2,6 +2,14 @@
 
 Each test asserts the correct behaviour. Tests that fail on the current code reproduce a
 defect (their docstring says what happens); the others cover attacks that held.
+
+Pinned here, one test each (first round): verify on another writer's UPDATE of a
+deletion-vector table, on a RESTORE before batches, on an overwrite, on a MERGE that deletes
+and inserts batch rows, and on a deleted row after OPTIMIZE purged its deletion vector; v2
+checkpoints and struct-only checkpoint stats with log cleanup; in-commit timestamps under a
+skewed clock; the engine switched between a crashed try and its retry; a Delta Spark commit
+whose reply was lost; the engine's own checkpoint keeping deletion vectors and the clustering
+domain; escaped and non-ASCII partition paths; a foreign write carrying an eod app id.
 """
 
 from __future__ import annotations

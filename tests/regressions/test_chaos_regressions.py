@@ -2,6 +2,10 @@
 
 No Spark: batches are staged with pyarrow the way Spark stages them and committed by the
 real commit engine.
+
+Pinned here: chaos seed 21 (restating a committed batch whose landing file is gone must say
+"restore the file", not "restate") and chaos seed 100 (a table directory a racer creates
+between two checks is no table yet, not "a file").
 """
 
 from __future__ import annotations

@@ -1,5 +1,14 @@
 """Issue 6, second round: ways to break the fixes that an adversarial review reproduced
-against them (duplicates, losses, wrong answers and wedges), each pinned here."""
+against them (duplicates, losses, wrong answers and wedges), each pinned here.
+
+Pinned here, one test each (rounds 2 and 3 of docs/guarantee.md's table): a Delta Spark
+commit's files swapped by a delta-rs restatement; an offset pipeline given another source; an
+outbox vacuumed before its delivery; a file dropped by a re-freeze and delivered again; a
+restatement that died before its record; the quarantine table's refusals before the main commit
+(append-only, shared, another table's id); a ``%`` in the table path; a re-freeze that never
+committed; a re-freeze and a zombie's files; a plan stored through a symlink by an older
+release.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,17 @@
 """Issue 6, the protocol holes: each test reproduces a way a batch was duplicated, lost,
 corrupted or wedged on the code before the fix, and pins the fix. Rows are compared with
-the source row by row."""
+the source row by row.
+
+Pinned here, one test each (docs/guarantee.md lists them by issue 6 case): restatement after a
+partial OPTIMIZE and after its manifest commit aged out; partition values that need encoding;
+an idle offset pipeline after its markers expire; a crash between the commit and its record;
+re-freezing a changed input; a zombie of the stale generation; a restatement that failed once;
+a log holding only a temporary file; planning into a foreign directory; the clock-skew margin;
+two intervals over one directory; offset and interval batches mixed; another source's stored
+plan; one landing directory through a symlink or another mount; a dropped table's plan log;
+partitioning kept without ``partition_by``; a file rewritten in place; offset plans from before
+canonical paths; a retried restatement.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,12 @@
 
 Each test asserts what the guarantee promises and ends with a row-by-row check where data is
 involved. Tests that fail while a defect exists say so in their docstring.
+
+Pinned here, one test each: libpq planning under a non-ISO ``DateStyle`` and under libpq
+settings the JDBC URL does not state (``PGOPTIONS``...); a driver in a non-UTC time zone; the
+password on YARN's spark-submit command line; the input-changed error in submit mode; a
+spark-submit that cannot start; and two regression guards (a driver killed between its commit
+and its record, a zombie restatement driver).
 """
 
 from __future__ import annotations

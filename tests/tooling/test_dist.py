@@ -101,7 +101,8 @@ def test_the_wheel_is_the_package_with_its_metadata(wheel: str) -> None:
         meta = email.message_from_bytes(zf.read(f"{STEM}.dist-info/METADATA"))
         entry_points = zf.read(f"{STEM}.dist-info/entry_points.txt").decode()
     package = {n for n in names if not n.startswith(f"{STEM}.dist-info/")}
-    sources = {p for p in _tracked("airflow_eod") if p.endswith(".py")}
+    # The sources and the PEP 561 marker, so that type checkers read the package's hints.
+    sources = {p for p in _tracked("airflow_eod") if p.endswith(".py")} | {"airflow_eod/py.typed"}
     assert package == sources, package ^ sources
     assert meta["Name"] == "airflow-eod" and meta["Version"] == VERSION
     assert meta["Requires-Python"] == PROJECT["requires-python"]
