@@ -31,7 +31,7 @@ from tests.support.jdbc_helpers import (
 )
 from tests.support.spark_cluster import task_env
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.airflow]
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.airflow, pytest.mark.slow]
 
 DAG_FILE = os.path.join(REPO, "tests", "dags", "eod_submit_test.py")
 DAY = datetime(2026, 11, 2, tzinfo=UTC)

@@ -28,7 +28,7 @@ from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS
 from tests.scheduler_dags.slow_transform import ROOT_ENV, pid_file, started_file
 from tests.support.airflow_services import AirflowServices, running_airflow
 
-pytestmark = pytest.mark.scheduler
+pytestmark = [pytest.mark.scheduler, pytest.mark.slow]
 
 DAGS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "scheduler_dags"))
 DAG_FILES = [

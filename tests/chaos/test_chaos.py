@@ -21,7 +21,7 @@ from tests.chaos.machine import SPARK
 from tests.chaos.report import REPORT
 from tests.chaos.run import run_trials
 
-pytestmark = [pytest.mark.chaos, pytest.mark.spark, pytest.mark.faults]
+pytestmark = [pytest.mark.chaos, pytest.mark.spark, pytest.mark.faults, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from tests.support.postgres_server import JDBC_JAR, _bindir
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
-pytestmark = [pytest.mark.bench, pytest.mark.spark]
+pytestmark = [pytest.mark.bench, pytest.mark.spark, pytest.mark.slow]
 
 
 def _smoke_rows(work: str, *extra: str) -> list[dict[str, Any]]:
