@@ -44,7 +44,7 @@ NO_JVM := JAVA_HOME=/no-jvm-in-the-unit-tier
 SPARK_TIER := (spark or jdbc or delta_spark) and not airflow and not cluster and not scheduler and not bench and not dist
 AIRFLOW_TIER := airflow and not cluster and not scheduler
 
-test-unit: check-python $(STAMP) ## the tests that need no JVM and no server (about two minutes; no Java needed)
+test-unit: check-python $(STAMP) ## the unit tier: the tests that need no JVM and no server (no Java needed)
 	$(NO_JVM) $(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
 test-spark: check-java $(STAMP) jars ## the local Spark tier: loads, faults, JDBC and Delta Spark, without Airflow
@@ -53,24 +53,13 @@ test-spark: check-java $(STAMP) jars ## the local Spark tier: loads, faults, JDB
 test-airflow: check-java $(STAMP) ## the Airflow tier: operators, sensor and DAGs under dag.test()
 	$(BIN)/python -m pytest -m "$(AIRFLOW_TIER)" $(PYTEST_ARGS)
 
-# What CI runs (.ci/run): the lint, then every test in two sessions: the unit tier (no JVM),
-# then everything else in one session (one SparkSession): the spark and airflow tiers and the
-# cluster, scheduler, bench and dist tests. `-m unit` and `-m "not unit"` together are the whole
-# suite; the second session runs even when the first fails, so a run reports every failure.
-# PYTEST_ARGS may pick tests of one session only: "no tests ran" (exit 5) in the other is no
-# failure, unless neither ran any.
+# What CI runs (.ci/run): the lint, then every test, all tiers, in one session (one
+# SparkSession), as before the tiers had targets. PYTEST_ARGS narrows it, e.g. "-m chaos".
 test: check-java $(STAMP) jars ## the lint and every test (all tiers), as CI runs them
 	$(BIN)/ruff check airflow_eod dags tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	@failed=0; empty=0; \
-	 echo "$(NO_JVM) $(BIN)/python -m pytest -m unit $(PYTEST_ARGS)"; \
-	 $(NO_JVM) $(BIN)/python -m pytest -m unit $(PYTEST_ARGS); s=$$?; \
-	 if [ $$s -eq 5 ]; then empty=$$((empty + 1)); elif [ $$s -ne 0 ]; then failed=$$s; fi; \
-	 echo "$(BIN)/python -m pytest -m \"not unit\" $(PYTEST_ARGS)"; \
-	 $(BIN)/python -m pytest -m "not unit" $(PYTEST_ARGS); s=$$?; \
-	 if [ $$s -eq 5 ]; then empty=$$((empty + 1)); elif [ $$s -ne 0 ]; then failed=$$s; fi; \
-	 if [ $$failed -ne 0 ]; then exit $$failed; elif [ $$empty -eq 2 ]; then exit 5; fi
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The `airflow` tier again on the lowest Airflow release pyproject.toml admits (CI runs it
 # after `make test`; the highest is the one `make test` installs).
