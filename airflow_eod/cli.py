@@ -20,8 +20,9 @@ import sys
 from datetime import timedelta
 
 from airflow_eod.core.ask import ask_table
+from airflow_eod.core.audit.findings import AuditReport
 from airflow_eod.core.audit.status import batch_known, table_status
-from airflow_eod.core.audit.verify import AuditReport, audit_table
+from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.batch import BatchKey, validate_pipeline_id
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.durations import parse_interval

@@ -1,0 +1,113 @@
+"""Every commit record and plan in a table's plan log, and the entries that do not read."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.errors import EodError, UnsafePathError
+from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.table_layout import META_DIR, path_part
+
+_PLAN = re.compile(r"^(.+?)(?:\.g(\d+))?\.json$")
+
+
+@dataclass
+class PlanLogFacts:
+    """Every commit record and plan in a table's plan log.
+
+    :param records: batch -> generation -> (table-relative path, record body) of the records
+        named with the table's id (records of another id are of a table once at this path).
+    :param plans: batch -> the plan of its newest planned generation.
+    :param unreadable: (table-relative path, error) of entries that do not parse or fail
+        their checksum.
+    """
+
+    records: dict[BatchKey, dict[int, tuple[str, dict[str, Any]]]] = field(default_factory=dict)
+    plans: dict[BatchKey, Plan] = field(default_factory=dict)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _records(plan_log: PlanLog, table_path: str, table_id: str, out: PlanLogFacts) -> None:
+    try:
+        path_part(table_id, "table id (metaData.id)")
+    except UnsafePathError as exc:
+        # No record was ever written under such a name: say so once, read nothing.
+        out.unreadable.append((os.path.relpath(plan_log.root, table_path), str(exc)))
+        return
+    suffix = f".{table_id}.json"
+    try:
+        keys = plan_log.recorded_batches()
+    except UnsafePathError as exc:  # the plan log's batches/ is a link leading out
+        out.unreadable.append((os.path.relpath(plan_log.root, table_path), str(exc)))
+        return
+    for key in keys:
+        try:
+            folder = plan_log.record_dir(key)
+        except UnsafePathError as exc:  # a link leading out of the table
+            out.unreadable.append((os.path.relpath(plan_log.root, table_path), str(exc)))
+            continue
+        names = os.listdir(folder) if os.path.isdir(folder) else []
+        gens = [n[1 : -len(suffix)] for n in names if n.startswith("g") and n.endswith(suffix)]
+        for gen in sorted(int(g) for g in gens if g.isdigit()):
+            where = os.path.relpath(plan_log.commit_record_path(key, gen, table_id), table_path)
+            try:
+                batch = BatchKey(plan_log.pipeline_id, key)
+                body = plan_log.commit_record(key, gen, table_id) or {}
+            except EodError as exc:
+                out.unreadable.append((where, f"{exc}; every ask of this batch fails until it is fixed"))
+                continue
+            if (body.get("batch_key"), body.get("generation"), body.get("table_id")) != (key, gen, table_id):
+                out.unreadable.append((where, f"commit record {where} describes another batch or table"))
+            elif (
+                isinstance(body.get("files"), list)
+                and isinstance(body.get("table_version"), int)
+                and isinstance(body.get("manifest"), dict)
+            ):
+                out.records.setdefault(batch, {})[gen] = (where, body)
+            else:
+                out.unreadable.append((where, f"commit record {where} has an unexpected shape"))
+
+
+def _plans(plan_log: PlanLog, table_path: str, out: PlanLogFacts) -> None:
+    for sub in ("offsets", "intervals"):
+        folder = os.path.join(plan_log.root, sub)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            m = _PLAN.match(name)
+            if m is None or (sub == "offsets" and not m.group(1).isdigit()):
+                continue
+            try:
+                # An offset plan's file is named by its sequence number, its key is inside.
+                key = plan_log.get_offset_plan(int(m.group(1))).batch_key if sub == "offsets" else m.group(1)
+                plan = plan_log.get_plan(key, int(m.group(2) or 0))
+                batch = plan.key if plan else None
+            except EodError as exc:
+                out.unreadable.append((os.path.relpath(os.path.join(folder, name), table_path), str(exc)))
+                continue
+            if plan is None or batch is None:
+                continue
+            if batch not in out.plans or plan.generation > out.plans[batch].generation:
+                out.plans[batch] = plan
+
+
+def read_plan_log_facts(table_path: str, table_id: str) -> PlanLogFacts:
+    """Every record (of table ``table_id``) and plan of every pipeline of the table.
+
+    :param table_path: the table's local path.
+    :param table_id: the table's ``metaData.id``.
+    """
+    out = PlanLogFacts()
+    root = os.path.join(table_path, META_DIR, "pipelines")
+    for pipeline in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if not os.path.isdir(os.path.join(root, pipeline)):
+            continue  # a file someone left there: no pipeline
+        try:
+            plan_log = PlanLog(table_path, pipeline)
+        except EodError:
+            continue  # not a directory airflow-eod made
+        _records(plan_log, table_path, table_id, out)
+        _plans(plan_log, table_path, out)
+    return out
