@@ -247,7 +247,6 @@ class BaseDeltaLoadOperator(BaseOperator):
             raise ending_at_once(exc) from exc
 
     def _load(self, context: Any) -> dict[str, Any]:
-
         source = self.build_source()
         pipeline_id = pipeline_id_for(self, self.pipeline_id, context)
         # dag_run.conf may ask this pipeline to restate: the way out needing no DAG change.
