@@ -32,8 +32,9 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.source import ReadContext
+from airflow_eod.runners.local import local_run
 from airflow_eod.sources.landing_files import LandingFilesSource
-from airflow_eod.spark.load_job import local_run
+from airflow_eod.spark.load_spec import LoadSettings
 from benchmarks.common import DELTA_SPARK_JARS_ENV, Row, Settings, fmt_int, progress, ratio_of, row
 from benchmarks.data import DDL, write_orders_csv
 
@@ -67,7 +68,12 @@ def eod_load(spark: SparkSession, landing: str, table: str, pipeline: str, engin
         LoadRequest(table, pipeline, f"{pipeline}-run"),
         source,
         ReadContext(spark_factory=lambda: spark),
-        run=local_run(lambda: spark, table, source, run_id=pipeline, try_number=1, engine=engine),
+        run=local_run(
+            lambda: spark,
+            table,
+            source,
+            settings=LoadSettings(run_id=pipeline, try_number=1, engine=engine),
+        ),
     )
     seconds = time.perf_counter() - t0
     if result.outcome != "committed" or result.rows != rows:

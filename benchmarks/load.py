@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.source import ReadContext
+from airflow_eod.runners.local import local_run
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark import load_job, staging
-from airflow_eod.spark.load_job import local_run
+from airflow_eod.spark.load_spec import LoadSettings
 from benchmarks.common import Row, Settings, fmt_int, progress, ratio_of, row
 from benchmarks.data import DDL, write_orders_csv
 
@@ -126,7 +127,7 @@ def eod_load(
             LoadRequest(table, pipeline, f"{pipeline}-run"),
             source,
             ReadContext(spark_factory=lambda: spark),
-            run=local_run(lambda: spark, table, source, run_id=pipeline, try_number=1),
+            run=local_run(lambda: spark, table, source, settings=LoadSettings(run_id=pipeline, try_number=1)),
         )
         total = time.perf_counter() - t0
     if result.outcome != "committed":

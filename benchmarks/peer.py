@@ -29,8 +29,9 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.source import ReadContext
+from airflow_eod.runners.local import local_run
 from airflow_eod.sources.landing_files import LandingFilesSource
-from airflow_eod.spark.load_job import local_run
+from airflow_eod.spark.load_spec import LoadSettings
 from benchmarks.common import Row, Settings, fmt_int, ms, progress, ratio_of, row
 from benchmarks.data import DDL, write_orders_csv
 
@@ -69,7 +70,12 @@ def eod_increment(spark: SparkSession, case: Case, landing: str, table: str, tok
         LoadRequest(table, "bench.peer", token),
         source,
         ReadContext(spark_factory=lambda: spark),
-        run=local_run(lambda: spark, table, source, try_number=1, partition_by=list(case.partition_by)),
+        run=local_run(
+            lambda: spark,
+            table,
+            source,
+            settings=LoadSettings(try_number=1, partition_by=list(case.partition_by)),
+        ),
     )
     elapsed = time.perf_counter() - t0
     if result.outcome != "committed":

@@ -3,14 +3,13 @@
 The flow itself (plan, ask, restate, decide) is :func:`airflow_eod.core.load_flow.load_batch`.
 This module adds what Airflow brings: the run's identity, and where the batch's Spark work
 runs: an in-process local SparkSession, or a driver submitted to a cluster through the
-Spark provider's ``SparkSubmitHook``.
+Spark provider's ``SparkSubmitHook`` (the two runners of :mod:`airflow_eod.runners`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,7 @@ from airflow_eod.airflow_exceptions import ending_at_once
 from airflow_eod.core import spec_files
 from airflow_eod.core.catch_up import CatchUpResult, load_batches
 from airflow_eod.core.errors import ConfigurationError, EodError
-from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, decide_submitted, load_batch
+from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
 from airflow_eod.core.options import (
     ENGINES,
     EXECUTION_MODES,
@@ -37,12 +36,11 @@ from airflow_eod.core.options import (
     is_template,
 )
 from airflow_eod.core.result import LoadResult
+from airflow_eod.core.settle import settle_committed
 from airflow_eod.core.source import Credentials, ReadContext, Source
-from airflow_eod.core.spec_files import spec_path as spec_file_path
-from airflow_eod.core.storage.atomic_file import write_private
 from airflow_eod.core.table_layout import local_path, table_asset_uri
+from airflow_eod.hooks.spark_submit import check_submit_kwargs
 from airflow_eod.links.delta_table import DeltaTableLink
-from airflow_eod.operators.spark_master import check_master_reachable
 from airflow_eod.run_conf import as_bool, conf_of, restate_request
 from airflow_eod.run_context import (
     data_interval_for,
@@ -50,47 +48,14 @@ from airflow_eod.run_context import (
     run_token_for,
     try_number_for,
 )
-from airflow_eod.spark.load_spec import LoadSpec
+from airflow_eod.spark.load_spec import LoadSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from airflow_eod.runners.submit import SubmitRun
+
 SPECS_DIR = spec_files.SPECS_DIR
-
-
-# SparkSubmitHook arguments the operator sets itself.
-_OWN_SUBMIT_ARGS = ("conf", "conn_id", "jars", "name", "application_args", "env_vars")
-# Settings under which spark-submit returns before the driver ends: the operator would ask
-# the table while the driver may still commit, and fail a load that then lands.
-_EARLY_RETURN = ("track_driver_via_k8s_api", "yarn_track_via_rm_api")
-_EARLY_RETURN_CONF = ("spark.yarn.submit.waitAppCompletion", "spark.kubernetes.submission.waitAppCompletion")
-
-
-def _check_submit_kwargs(submit_kwargs: dict[str, Any], spark_conf: dict[str, str]) -> None:
-    """Refuse, when the DAG is parsed, ``submit_kwargs`` that SparkSubmitHook does not take,
-    that the operator sets itself, or that make spark-submit return before its driver ends."""
-    for key in _EARLY_RETURN_CONF:
-        if str(spark_conf.get(key, "true")).strip().lower() == "false":
-            raise ConfigurationError(f"spark_conf[{key!r}] = false: the task must wait for the driver to end")
-    if not submit_kwargs:
-        return
-    import inspect
-
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-    known = set(inspect.signature(SparkSubmitHook.__init__).parameters) - {"self"}
-    for key in submit_kwargs:
-        if key in _OWN_SUBMIT_ARGS:
-            raise ConfigurationError(
-                f"submit_kwargs[{key!r}]: the operator sets it (use spark_conf, spark_conn_id or jars)"
-            )
-        if key not in known:
-            raise ConfigurationError(f"submit_kwargs[{key!r}] is not an argument of SparkSubmitHook")
-        if key in _EARLY_RETURN and submit_kwargs[key]:
-            raise ConfigurationError(
-                f"submit_kwargs[{key!r}]: spark-submit would return before the driver ends, and "
-                "the task must ask the table after the driver has ended"
-            )
 
 
 class BaseDeltaLoadOperator(BaseOperator):
@@ -208,7 +173,7 @@ class BaseDeltaLoadOperator(BaseOperator):
                 "execution='submit' cannot ship a callable transform to a driver on a cluster: "
                 "pass it as 'package.module:function', importable where the driver runs"
             )
-        _check_submit_kwargs(submit_kwargs or {}, spark_conf or {})
+        check_submit_kwargs(submit_kwargs or {}, spark_conf or {})
         check_catch_up(catch_up, max_batches_per_run)
         self.catch_up = catch_up
         self.max_batches_per_run = max_batches_per_run
@@ -216,7 +181,7 @@ class BaseDeltaLoadOperator(BaseOperator):
         self.spark_conn_id = spark_conn_id
         self.jars = jars
         self.submit_kwargs = dict(submit_kwargs or {})
-        self._hook: Any = None
+        self._submit_run: SubmitRun | None = None
         self._result: LoadResult | None = None
         self.table_uri = table_uri
         self.pipeline_id = pipeline_id
@@ -260,18 +225,18 @@ class BaseDeltaLoadOperator(BaseOperator):
             conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), self.jars]))
         return conf
 
-    def _settings(self, context: Any) -> dict[str, Any]:
+    def _settings(self, context: Any) -> LoadSettings:
         """The :class:`LoadSpec` fields this operator sets, besides the batch."""
-        return {
-            "partition_by": self.partition_by,
-            "transform": self.transform if isinstance(self.transform, str) else None,
-            "engine": self.engine,
-            "run_id": context["ti"].run_id,
-            "try_number": try_number_for(context),
-            "table_configuration": dict(self.table_configuration),
-            "schema_drift": self.schema_drift,
-            "quarantine_table_uri": self.quarantine_table_uri,
-        }
+        return LoadSettings(
+            partition_by=self.partition_by,
+            transform=self.transform if isinstance(self.transform, str) else None,
+            engine=self.engine,
+            run_id=context["ti"].run_id,
+            try_number=try_number_for(context),
+            table_configuration=self.table_configuration,
+            schema_drift=self.schema_drift,
+            quarantine_table_uri=self.quarantine_table_uri,
+        )
 
     def execute(self, context: Any) -> dict[str, Any]:
         try:
@@ -282,8 +247,6 @@ class BaseDeltaLoadOperator(BaseOperator):
             raise ending_at_once(exc) from exc
 
     def _load(self, context: Any) -> dict[str, Any]:
-        from airflow_eod.spark.load_job import settle_committed
-
         source = self.build_source()
         pipeline_id = pipeline_id_for(self, self.pipeline_id, context)
         # dag_run.conf may ask this pipeline to restate: the way out needing no DAG change.
@@ -313,27 +276,32 @@ class BaseDeltaLoadOperator(BaseOperator):
         # one (a JDBC head query), never for a retry of a batch already planned.
         ctx = ReadContext(spark_factory=spark_factory, credentials=self.credentials())
         try_number = try_number_for(context)
-
         settings = self._settings(context)
         run: Callable[[FrozenBatch], LoadResult]
         if self.execution == "submit":
+            from airflow_eod.runners.submit import SubmitTarget, submit_run
 
-            def run(frozen: FrozenBatch) -> LoadResult:
-                spec = LoadSpec.for_batch(self.table_uri, frozen, source, **settings)
-                return self._submit(frozen, spec, ctx.credentials)
-
+            target = SubmitTarget(
+                conn_id=self.spark_conn_id,
+                spark_conf=self.spark_conf,
+                jars=self.jars,
+                submit_kwargs=self.submit_kwargs,
+            )
+            run = self._submit_run = submit_run(
+                target, self.table_uri, source, settings=settings, credentials=ctx.credentials, log=self.log
+            )
         else:
-            from airflow_eod.spark.load_job import local_run
+            from airflow_eod.runners.local import local_run
 
-            # run_load decides from the table however the attempt ends, so this is the result.
             run = local_run(
                 lambda: ctx.spark,
                 self.table_uri,
                 source,
+                settings=settings,
                 transform_fn=self.transform if callable(self.transform) else None,
                 credentials=ctx.credentials,
-                **settings,
             )
+
         def load_one(req: LoadRequest) -> LoadResult:
             return load_batch(
                 req,
@@ -416,89 +384,8 @@ class BaseDeltaLoadOperator(BaseOperator):
             if isinstance(outlet, Asset) and outlet.uri == uri:
                 events[outlet].extra.update(result if isinstance(result, dict) else result.to_dict())
 
-    # -- submit mode -----------------------------------------------------------------
-    def _submit(self, frozen: FrozenBatch, spec: LoadSpec, credentials: Credentials | None) -> LoadResult:
-        """spark-submit the driver for ``spec``, then ask the table what happened."""
-        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-        from airflow_eod.spark import driver
-        from airflow_eod.spark.load_job import settle_committed
-        from airflow_eod.spark.session import REQUIRED_CONF, engine_conf, with_utc_jvms
-
-        label = frozen.plan.key.label
-        # The spec lives beside the table: a driver that can write the table can read it,
-        # on this machine or (deploy-mode cluster) on a node of the cluster.
-        # Its name says whose it is: the settle step of a committed batch removes the specs a
-        # SIGKILLed task left behind (airflow_eod.core.spec_files).
-        spec_path = spec_file_path(self.table_uri, frozen.plan.key, spec.generation, spec.attempt_id)
-        write_private(spec_path, spec.to_json())  # 0600: no other user reads what it names
-        secrets: dict[str, str] = {}
-        if credentials is not None:
-            from airflow.sdk.log import mask_secret
-
-            mask_secret(credentials.password)
-            secrets = {
-                driver.CREDENTIALS_USER_ENV: credentials.user,
-                driver.CREDENTIALS_PASSWORD_ENV: credentials.password,
-            }
-        self._hook = SparkSubmitHook(
-            conf={**engine_conf(self.engine), **with_utc_jvms(self.spark_conf), **REQUIRED_CONF},
-            conn_id=self.spark_conn_id,
-            jars=self.jars,
-            name=f"airflow-eod {label}"[:200],
-            application_args=["--spec", spec_path],
-            **self.submit_kwargs,
-        )
-        popen: dict[str, Any] = {}
-        if secrets and getattr(self._hook, "_connection", {}).get("deploy_mode") == "cluster":
-            # A remote driver gets them as the hook passes secrets: appMasterEnv/driverEnv
-            # settings, masked in the log (and visible to `ps` on this worker).
-            self._hook._env_vars = secrets
-        elif secrets:
-            # A client-mode driver is a child of spark-submit: the process environment
-            # reaches it, and keeps the password off every command line.
-            popen["env"] = {**os.environ, **secrets}
-        self.log.info(
-            "batch %s: submitting attempt %s (generation %d) through connection %r",
-            label,
-            spec.attempt_id,
-            spec.generation,
-            self.spark_conn_id,
-        )
-        error: BaseException | None = None
-        try:
-            # A master that is down fails here in seconds, naming it, not in 90 s as a
-            # stopped SparkContext (operators/spark_master.py).
-            check_master_reachable(getattr(self._hook, "_connection", {}).get("master"), self.spark_conn_id)
-            self._hook.submit(driver.__file__, **popen)
-        except Exception as exc:  # the table decides, not spark-submit's exit code
-            error = exc
-        try:
-            result, status = decide_submitted(
-                self.table_uri, frozen, spec.attempt_id, error, driver.read_error(spec_path)
-            )
-        finally:
-            # spark-submit has returned: the driver has ended (waitAppCompletion is refused
-            # off), and a retry writes a spec of its own.
-            for path in (spec_path, driver.error_path(spec_path)):
-                try:
-                    os.remove(path)
-                except OSError:
-                    pass
-        self.log.info(
-            "batch %s: the table holds generation %s at version %s: %s (attempt %s)",
-            label,
-            status.committed_generation,
-            status.table_version,
-            result.outcome,
-            status.manifest.attempt_id if status.manifest else None,
-        )
-        # The driver does this after its commit; a driver killed right after it did not.
-        settle_committed(self.table_uri, status, spec.try_number)
-        return result
-
     def on_kill(self) -> None:
         """Stop the submitted Spark application, best effort. A task killed with SIGKILL
         never gets here; its retry asks the table, and fencing lets one attempt commit."""
-        if self._hook is not None:
-            self._hook.on_kill()
+        if self._submit_run is not None:
+            self._submit_run.on_kill()

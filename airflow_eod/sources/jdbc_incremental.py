@@ -18,144 +18,34 @@ are never stored in the plan, the spec or the commit.
 from __future__ import annotations
 
 import logging
-import os
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any, ClassVar
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError, NullKeyError
+from airflow_eod.core.errors import ConfigurationError, InputChangedError, NullKeyError
 from airflow_eod.core.options import BOUNDARIES, KEY_TYPES, NULL_KEY_POLICIES, choice
 from airflow_eod.core.planlog.offsets import OffsetHistory
 from airflow_eod.core.planlog.restatement import refreeze_hint
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.core.source import ReadContext
-from airflow_eod.sources.jdbc_url import check_jdbc_url, redact_jdbc_url
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+from airflow_eod.sources.jdbc_query import JdbcQueries
+from airflow_eod.sources.jdbc_sql import (
+    FINGERPRINT_SCHEME,
+    FINGERPRINT_SQL,
+    POSTGRES_DRIVER,
+    ROW_HASH_COLUMN,
+    quote_identifier,
+    sql_literal,
+)
+from airflow_eod.sources.jdbc_url import check_jdbc_url
 
 log = logging.getLogger(__name__)
 
-POSTGRES_DRIVER = "org.postgresql.Driver"
-# Session settings that decide how PostgreSQL renders a row as text, pinned for the content
-# fingerprint: planning (libpq) and the check before the commit (libpq, or pgjdbc in a
-# submitted driver) must render the same row the same way, whatever the role's defaults.
-_PG_SETTINGS = (
-    ("TimeZone", "UTC"),
-    ("DateStyle", "ISO"),
-    ("IntervalStyle", "postgres"),
-    ("extra_float_digits", "3"),
-    ("bytea_output", "hex"),
-)
-_PG_RENDERING = tuple(f"SET {name} TO '{value}'" for name, value in _PG_SETTINGS)
-# The same settings as one statement, for Spark's reader to run as it connects.
-_PG_RENDERING_AT_CONNECT = "SELECT " + ", ".join(
-    f"set_config('{name}', '{value}', false)" for name, value in _PG_SETTINGS
-)
-# The fingerprint: the sum (exact, numeric) of a 64-bit hash of every row's text:
-# order-independent, and a sum, unlike XOR, does not cancel out two identical rows changed
-# alike. hashtextextended (PostgreSQL 11+) costs a tenth of md5 plus the casts to sum its
-# parts (benchmarks/jdbc_fingerprint.py); it detects accidents, not a forger.
-_FINGERPRINT = "concat_ws(':', 'h64sum', COALESCE(SUM(hashtextextended(eod_r::text, 0)), 0))"
-
-# The column a PostgreSQL batch read carries beside the row: the same 64-bit hash of the row's
-# text that the fingerprint sums, computed by the database as Spark reads the row, so what
-# Spark read can be held to the frozen fingerprint (spark/readers.py) and then dropped.
-ROW_HASH_COLUMN = "__eod_row_hash"
-FINGERPRINT_SCHEME = "h64sum"
-
-# java.sql.Types.TIMESTAMP and TIMESTAMP_WITH_TIMEZONE
-_JDBC_TIMESTAMPS = (93, 2014)
-
-
-def _is_zoned(meta: Any, i: int) -> bool:
-    """Whether result column ``i`` is a timestamp with a time zone (PostgreSQL's driver
-    reports ``timestamptz`` as TIMESTAMP, with its own type name)."""
-    name = str(meta.getColumnTypeName(i)).lower()
-    return int(meta.getColumnType(i)) == 2014 or "tz" in name or "with time zone" in name
-
-
-# PostgreSQL type OIDs of timestamptz and timestamp, as a DB-API cursor describes them.
-_PG_TIMESTAMPTZ, _PG_TIMESTAMP = 1184, 1114
-_PG_URL = re.compile(
-    r"^jdbc:postgresql://(?P<host>[^/:?]+)(?::(?P<port>\d+))?/(?P<db>[^?/]+)(?:\?(?P<params>.*))?$"
-)
-# JDBC URL parameters that mean the same to libpq; any other sends planning through the JVM.
-_PG_PARAMS = {
-    "sslmode": "sslmode",
-    "connectTimeout": "connect_timeout",
-    "ApplicationName": "application_name",
-}
-
-
-def postgres_conninfo(url: str) -> dict[str, Any] | None:
-    """libpq connection parameters equivalent to a PostgreSQL JDBC URL, or ``None`` when the
-    URL says more than libpq can be told the same way (then the JVM driver is used)."""
-    m = _PG_URL.match(url)
-    if m is None:
-        return None
-    info: dict[str, Any] = {"host": m["host"], "port": int(m["port"] or 5432), "dbname": m["db"]}
-    for pair in filter(None, (m["params"] or "").split("&")):
-        key, _, value = pair.partition("=")
-        if key not in _PG_PARAMS:
-            return None
-        info[_PG_PARAMS[key]] = value
-    return info
-
-
-# libpq settings from the environment that could point it at another server than the URL's.
-_LIBPQ_REDIRECTS = ("PGHOSTADDR", "PGSERVICE", "PGSERVICEFILE")
-
-
-def _dbapi() -> Any:
-    """A PostgreSQL DB-API module (Airflow's postgres extra brings both), or ``None``."""
-    for name in ("psycopg", "psycopg2"):
-        try:
-            return __import__(name)
-        except ImportError:
-            continue
-    return None
-
-
-_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_SECRET_IN_URL = re.compile(r"(password|user)=", re.IGNORECASE)
-
-
-def quote_identifier(name: str, what: str = "identifier") -> str:
-    """``"schema"."table"`` from ``schema.table`` after checking each part."""
-    parts = name.split(".") if isinstance(name, str) else []
-    if not 1 <= len(parts) <= 2 or not all(_IDENT_RE.match(p) for p in parts):
-        raise ConfigurationError(
-            f"{what} {name!r} is not a plain SQL identifier (letters, digits, '_', optionally "
-            "schema-qualified); refusing to build SQL from it"
-        )
-    return ".".join(f'"{p}"' for p in parts)
-
-
-def _literal(value: Any, key_type: str, zoned: bool = False) -> str:
-    """A SQL literal from a typed value; nothing else reaches the SQL text.
-
-    :param zoned: the key is a ``timestamp with time zone``: the literal says UTC itself.
-        A plain ``TIMESTAMP`` literal compared with such a column is taken in the session's
-        time zone, which the JDBC driver sets from its JVM's (a worker's local zone).
-    """
-    if key_type == "integer":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigurationError(f"integer key bound {value!r} is not an integer")
-        return str(value)
-    ts = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-    if ts.tzinfo is not None:
-        ts = ts.astimezone(UTC).replace(tzinfo=None)
-    text = ts.strftime("%Y-%m-%d %H:%M:%S.%f")
-    return f"TIMESTAMP WITH TIME ZONE '{text}+00:00'" if zoned else f"TIMESTAMP '{text}'"
-
-
 @dataclass(frozen=True)
-class JdbcIncrementalSource:
+class JdbcIncrementalSource(JdbcQueries):
     """A database table read through JDBC, in batches of a monotonic key.
 
     :param url: the JDBC URL without credentials, e.g. ``jdbc:postgresql://db:5432/shop``.
@@ -181,10 +71,14 @@ class JdbcIncrementalSource:
     max_rows_per_batch: int | None = None
     num_partitions: int = 1
     boundary: str = "offsets"
-    driver: str = "org.postgresql.Driver"
+    driver: str = POSTGRES_DRIVER
     fetch_size: int = 10_000
     extra: dict[str, Any] = field(default_factory=dict)
     null_keys: str = "warn"
+
+    # The source's kind: its ``type`` in ``to_dict`` and in the registry of sources and
+    # readers (airflow_eod.spark.readers).
+    kind: ClassVar[str] = "jdbc_incremental"
 
     def __post_init__(self) -> None:
         check_jdbc_url(self.url)  # no credential in any driver's form; errors never echo it
@@ -201,7 +95,7 @@ class JdbcIncrementalSource:
             quote_identifier(col, "column")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "jdbc_incremental", **asdict(self)}
+        return {"type": self.kind, **asdict(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JdbcIncrementalSource:
@@ -210,7 +104,7 @@ class JdbcIncrementalSource:
     def identity(self) -> dict[str, Any]:
         """What decides the slice: a stored plan is reused only by the same source."""
         return {
-            "type": "jdbc_incremental",
+            "type": self.kind,
             "url": self.url,
             "table": self.table,
             "key_column": self.key_column,
@@ -218,177 +112,16 @@ class JdbcIncrementalSource:
         }
 
     # -- SQL ---------------------------------------------------------------------
-    @property
-    def _t(self) -> str:
-        return quote_identifier(self.table, "table")
-
-    @property
-    def _k(self) -> str:
-        return quote_identifier(self.key_column, "key column")
-
     def _range(self, boundary: dict[str, Any], zoned: bool) -> str:
         if "start" in boundary:
             return (
-                f"{self._k} >= {_literal(boundary['start'], 'timestamp', zoned)} AND "
-                f"{self._k} < {_literal(boundary['end'], 'timestamp', zoned)}"
+                f"{self._k} >= {sql_literal(boundary['start'], 'timestamp', zoned)} AND "
+                f"{self._k} < {sql_literal(boundary['end'], 'timestamp', zoned)}"
             )
         low = boundary.get("low")
-        upper = f"{self._k} <= {_literal(boundary['high'], self.key_type, zoned)}"
-        return upper if low is None else f"{self._k} > {_literal(low, self.key_type, zoned)} AND {upper}"
+        upper = f"{self._k} <= {sql_literal(boundary['high'], self.key_type, zoned)}"
+        return upper if low is None else f"{self._k} > {sql_literal(low, self.key_type, zoned)} AND {upper}"
 
-    def _reader(self, ctx: ReadContext) -> Any:
-        """A Spark JDBC reader with the connection set; the credentials go nowhere else."""
-        if ctx.credentials is None:
-            raise ConfigurationError("the JDBC source needs credentials (an Airflow connection)")
-        return (
-            ctx.spark.read.format("jdbc")
-            .option("url", self.url)
-            .option("driver", self.driver)
-            .option("user", ctx.credentials.user)
-            .option("password", ctx.credentials.password)
-        )
-
-    def _query(self, ctx: ReadContext, build: Callable[[bool], str], label: str | None) -> list[Any]:
-        """The one row a statement returns. Planning and the input check ask for one row; a
-        Spark JDBC job for each cost about 150 ms more (schema probe, job, task) than the
-        query itself. For PostgreSQL it goes over libpq, so planning in an Airflow task
-        starts no JVM (a run with nothing new costs one query); otherwise over a plain JDBC
-        connection opened in the driver's JVM.
-
-        :param build: the statement, given whether the key is a zoned timestamp.
-        """
-        native = postgres_conninfo(self.url) if self._postgres else None
-        if any(os.environ.get(v) for v in _LIBPQ_REDIRECTS):
-            native = None  # libpq would connect elsewhere than pgjdbc does
-        module = _dbapi() if native is not None else None
-        if native is not None and module is not None:
-            return self._query_native(module, native, ctx, build, label)
-
-        def work(jvm: Any, conn: Any) -> list[Any]:
-            for statement in _PG_RENDERING if self._postgres else ():
-                conn.createStatement().execute(statement)
-            return self._one_row(jvm, conn, build(self._zoned(conn)))
-
-        return self._connected(ctx, label, work)
-
-    @property
-    def _postgres(self) -> bool:
-        return self.driver == POSTGRES_DRIVER
-
-    def _connected(self, ctx: ReadContext, label: str | None, work: Callable[[Any, Any], Any]) -> Any:
-        """``work(jvm, connection)`` on a read-only JDBC connection to the source."""
-        if ctx.credentials is None:
-            raise ConfigurationError("the JDBC source needs credentials (an Airflow connection)")
-        try:
-            jvm: Any = ctx.spark._jvm  # type: ignore[attr-defined]
-            # Spark's class loader holds the jars of spark.jars; DriverManager would not see them.
-            driver = jvm.org.apache.spark.util.Utils.classForName(self.driver, True, False).newInstance()
-            props = jvm.java.util.Properties()
-            props.setProperty("user", ctx.credentials.user)
-            props.setProperty("password", ctx.credentials.password)
-            conn = driver.connect(self.url, props)
-            if conn is None:
-                shown = redact_jdbc_url(self.url)
-                raise ConfigurationError(f"JDBC driver {self.driver} does not accept the URL {shown}")
-            try:
-                conn.setReadOnly(True)
-                return work(jvm, conn)
-            finally:
-                conn.close()
-        except ConfigurationError:
-            raise
-        except Exception as exc:
-            raise self._query_failed(label, exc) from exc
-
-    def _query_failed(self, label: str | None, exc: Exception) -> BatchError:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return BatchError(label, f"the source query on {self.table} failed: {text}")
-
-    def _query_native(
-        self,
-        module: Any,
-        info: dict[str, Any],
-        ctx: ReadContext,
-        build: Callable[[bool], str],
-        label: str | None,
-    ) -> list[Any]:
-        """:meth:`_query` over a DB-API connection, with values as the JVM path gives them."""
-        if ctx.credentials is None:
-            raise ConfigurationError("the JDBC source needs credentials (an Airflow connection)")
-        try:
-            # Explicit options replace PGOPTIONS from the environment, which pgjdbc (the path
-            # Spark reads with) ignores: another search_path would plan one table and read
-            # another. psycopg parses timestamptz values in ISO DateStyle only, as pgjdbc
-            # forces it, whatever the role's or PGDATESTYLE's setting.
-            conn = module.connect(
-                **info,
-                user=ctx.credentials.user,
-                password=ctx.credentials.password,
-                options="-c DateStyle=ISO",
-            )
-            try:
-                cur = conn.cursor()
-                cur.execute("SET TRANSACTION READ ONLY")
-                for statement in _PG_RENDERING:
-                    cur.execute(statement)
-                zoned = False
-                if self.key_type == "timestamp":
-                    cur.execute(f"SELECT {self._k} FROM {self._t} WHERE 1 = 0")
-                    zoned = cur.description[0][1] == _PG_TIMESTAMPTZ
-                cur.execute(build(zoned))
-                row = cur.fetchone()
-                types = [d[1] for d in cur.description]
-            finally:
-                conn.close()
-        except ConfigurationError:
-            raise
-        except Exception as exc:
-            raise self._query_failed(label, exc) from exc
-        return [self._native_value(v, t) for v, t in zip(row, types, strict=True)]
-
-    def _native_value(self, value: Any, type_code: Any) -> Any:
-        if value is None or isinstance(value, int | str):
-            return value
-        if isinstance(value, datetime) and type_code in (_PG_TIMESTAMPTZ, _PG_TIMESTAMP):
-            # Keys are UTC: a ``timestamp without time zone`` as written, one with a zone in UTC.
-            if value.tzinfo is not None:
-                value = value.astimezone(UTC).replace(tzinfo=None)
-            return value.strftime("%Y-%m-%d %H:%M:%S.%f")
-        return str(value)
-
-    def _one_row(self, jvm: Any, conn: Any, sql: str) -> list[Any]:
-        rows = conn.createStatement().executeQuery(sql)
-        rows.next()
-        width = rows.getMetaData().getColumnCount()
-        return [self._value(jvm, rows, i) for i in range(1, width + 1)]
-
-    def _zoned(self, conn: Any) -> bool:
-        """Whether the key column is a ``timestamp with time zone`` (read from the table)."""
-        if self.key_type != "timestamp":
-            return False
-        meta = (
-            conn.createStatement().executeQuery(f"SELECT {self._k} FROM {self._t} WHERE 1 = 0").getMetaData()
-        )
-        return _is_zoned(meta, 1)
-
-    def _value(self, jvm: Any, rows: Any, i: int) -> Any:
-        """Column ``i`` of the current row as a Python value (a key, or a count)."""
-        if self.key_type == "timestamp" and rows.getMetaData().getColumnType(i) in _JDBC_TIMESTAMPS:
-            # Keys are UTC: a ``timestamp without time zone`` as written, one with a zone in UTC.
-            java_class = jvm.java.lang.Class.forName
-            if _is_zoned(rows.getMetaData(), i):
-                zoned = rows.getObject(i, java_class("java.time.OffsetDateTime"))
-                local = None if zoned is None else zoned.withOffsetSameInstant(jvm.java.time.ZoneOffset.UTC)
-                local = None if local is None else local.toLocalDateTime()
-            else:
-                local = rows.getObject(i, java_class("java.time.LocalDateTime"))
-            if local is None:
-                return None
-            return datetime.fromisoformat(str(local.toString())).strftime("%Y-%m-%d %H:%M:%S.%f")
-        value = rows.getObject(i)
-        if value is None or isinstance(value, int | str):
-            return value
-        return str(value.toString())  # BigDecimal and friends
 
     def _count(self, ctx: ReadContext, boundary: dict[str, Any], label: str | None) -> int:
         def sql(zoned: bool) -> str:
@@ -407,7 +140,7 @@ class JdbcIncrementalSource:
 
         def sql(zoned: bool) -> str:
             rows = f"SELECT {cols} FROM {self._t} WHERE {self._range(boundary, zoned)}"
-            return f"SELECT COUNT(*) AS n, {_FINGERPRINT} AS fp FROM ({rows}) eod_r"
+            return f"SELECT COUNT(*) AS n, {FINGERPRINT_SQL} AS fp FROM ({rows}) eod_r"
 
         rows, fp = self._query(ctx, sql, label)
         return {"rows": int(rows), "fingerprint": str(fp)}
@@ -452,8 +185,8 @@ class JdbcIncrementalSource:
             def sql(zoned: bool) -> str:
                 # The head and the rows up to it in one statement: one snapshot, one round
                 # trip. Rows sharing the head key all count, beyond max_rows_per_batch.
-                where = "" if low is None else f" WHERE {self._k} > {_literal(low, self.key_type, zoned)}"
-                above = "" if low is None else f"{self._k} > {_literal(low, self.key_type, zoned)} AND "
+                where = "" if low is None else f" WHERE {self._k} > {sql_literal(low, self.key_type, zoned)}"
+                above = "" if low is None else f"{self._k} > {sql_literal(low, self.key_type, zoned)} AND "
                 if self.max_rows_per_batch:
                     head = (
                         f"SELECT MAX(k) AS hi FROM (SELECT {self._k} AS k FROM {self._t}{where} "
@@ -556,18 +289,18 @@ class JdbcIncrementalSource:
             return f"[{boundary['start']}, {boundary['end']})"
         return f"({boundary.get('low')}, {boundary['high']}] of {self.key_column}"
 
-    # -- reading -----------------------------------------------------------------
+    # -- reading (by airflow_eod.spark.jdbc_reader) ------------------------------------
     def hashes_rows(self, plan: Plan) -> bool:
-        """Whether :meth:`read` can carry each row's hash (:data:`ROW_HASH_COLUMN`) to hold
+        """Whether the batch read can carry each row's hash (:data:`ROW_HASH_COLUMN`) to hold
         what Spark read to the plan's fingerprint: PostgreSQL, and a plan fingerprinted so."""
         fp = plan.inputs[0].get("fingerprint") if plan.inputs else None
         return self._postgres and str(fp).split(":")[0] == FINGERPRINT_SCHEME
 
-    def read(self, plan: Plan, ctx: ReadContext, *, row_hash: bool = False) -> DataFrame:
-        """A DataFrame of exactly the planned key range, read in parallel by key range.
+    def batch_sql(self, plan: Plan, ctx: ReadContext, *, row_hash: bool = False) -> str:
+        """The statement that reads exactly the planned key range (Spark's ``dbtable``).
 
         :param row_hash: add :data:`ROW_HASH_COLUMN`, each row's hash as the fingerprint
-            computes it, with the same rendering settings (see :meth:`hashes_rows`).
+            computes it (see :meth:`hashes_rows`).
         """
         cols = ", ".join(quote_identifier(c, "column") for c in self.columns) if self.columns else "*"
         zoned = self.key_type == "timestamp" and self._connected(
@@ -577,18 +310,4 @@ class JdbcIncrementalSource:
         if row_hash:
             row_hash_sql = f'hashtextextended(eod_r::text, 0) AS "{ROW_HASH_COLUMN}"'
             rows = f"SELECT eod_r.*, {row_hash_sql} FROM ({rows}) eod_r"
-        reader = self._reader(ctx).option("dbtable", f"({rows}) eod_batch")
-        reader = reader.option("fetchsize", str(self.fetch_size))
-        if row_hash:
-            # Rows render as text as they did for the fingerprint at planning.
-            reader = reader.option("sessionInitStatement", _PG_RENDERING_AT_CONNECT)
-        b = plan.boundary
-        if self.num_partitions > 1 and self.key_type == "integer" and "high" in b:
-            low = (b["low"] if b.get("low") is not None else 0) + 1
-            reader = (
-                reader.option("partitionColumn", self.key_column)
-                .option("lowerBound", str(low))
-                .option("upperBound", str(int(b["high"]) + 1))
-                .option("numPartitions", str(self.num_partitions))
-            )
-        return reader.load()
+        return rows

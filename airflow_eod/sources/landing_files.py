@@ -16,7 +16,7 @@ import re
 import stat
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError, UnsafePathError
@@ -75,6 +75,10 @@ class LandingFilesSource:
     max_files_per_batch: int | None = None
     max_bytes_per_batch: int | None = None
 
+    # The source's kind: its ``type`` in ``to_dict`` and in the registry of sources and
+    # readers (airflow_eod.spark.readers).
+    kind: ClassVar[str] = "landing_files"
+
     def __post_init__(self) -> None:
         choice("file_format", self.file_format, FORMATS)
         choice("boundary", self.boundary, BOUNDARIES)
@@ -84,7 +88,7 @@ class LandingFilesSource:
                 raise ConfigurationError(f"{name} must be at least 1, not {value}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "landing_files", **asdict(self)}
+        return {"type": self.kind, **asdict(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LandingFilesSource:
@@ -100,7 +104,7 @@ class LandingFilesSource:
     def identity(self) -> dict[str, Any]:
         """What decides the slice: a stored plan is reused only by the same source."""
         return {
-            "type": "landing_files",
+            "type": self.kind,
             "path": self.root,
             "pattern": self.pattern,
             "boundary": self.boundary,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.errors import MalformedInputError
 from airflow_eod.core.planlog.restatement import refreeze_hint
+from airflow_eod.core.quarantine_outbox import RAW_RECORD_COLUMN, SOURCE_FILE_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CORRUPT_COLUMN = "_eod_corrupt_record"
-SOURCE_FILE_COLUMN = "source_file"
-RAW_RECORD_COLUMN = "raw_record"
 # Field metadata on the corrupt-record column: how to re-parse a record (landing_reader).
 LAYOUT_METADATA_KEY = "eod_layout"
 _FILE = "_eod_file"

@@ -22,9 +22,7 @@ This module owns the step from a frozen landing-files plan to the DataFrame the 
 from __future__ import annotations
 
 import functools
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.delta.compat import SCHEMA_ADD_COLUMNS
@@ -35,7 +33,16 @@ from airflow_eod.core.errors import (
     MalformedInputError,
     SchemaMismatchError,
 )
-from airflow_eod.spark.bad_records import CORRUPT_COLUMN, LAYOUT_METADATA_KEY
+from airflow_eod.spark.bad_records import CORRUPT_COLUMN
+from airflow_eod.spark.landing_columns import (
+    NAMED,
+    col,
+    drift_hint,
+    layout_metadata,
+    problem_message,
+    project,
+    union,
+)
 from airflow_eod.spark.landing_paths import (
     CsvDialect,
     check_resolved,
@@ -46,12 +53,11 @@ from airflow_eod.spark.landing_paths import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
+    from pyspark.sql import DataFrame, DataFrameReader, SparkSession
     from pyspark.sql.types import StructField, StructType
 
     from airflow_eod.core.planlog.store import Plan
 
-_NAMED = 5  # problems spelled out in one error message
 
 
 # -- the batch -----------------------------------------------------------------------------
@@ -133,72 +139,6 @@ def declared_schema(ddl: str) -> StructType:
     return parsed
 
 
-def _layout(file_format: str, options: Mapping[str, str]) -> dict[str, str]:
-    """What bad_records needs to re-parse a malformed record in Python."""
-    body: dict[str, Any] = {
-        "format": file_format,
-        "date_format": options.get("dateformat", ""),
-        "timestamp_format": options.get("timestampformat", ""),
-    }
-    if file_format == "csv":
-        body["csv"] = asdict(CsvDialect.from_options(options))
-    return {LAYOUT_METADATA_KEY: json.dumps(body, sort_keys=True)}
-
-
-def _col(name: str) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.col("`" + name.replace("`", "``") + "`")
-
-
-def _project(
-    df: DataFrame,
-    present: Mapping[str, str],
-    out: Sequence[StructField],
-    corrupt: StructField | None,
-    layout: dict[str, str],
-) -> DataFrame:
-    """``df`` in the output's column order: a column the group lacks is null, and the
-    corrupt-record column carries the layout.
-
-    :param present: lower-case output name -> the group's column name.
-    """
-    from pyspark.sql import functions as F
-
-    # The common case: the read already is the output (the same names in the same order, no
-    # corrupt-record column to label). A select would cost a Python-to-JVM call per column
-    # and a round of analysis on every load, for nothing.
-    if corrupt is None and list(df.columns) == [f.name for f in out]:
-        if all(present.get(f.name.lower()) == f.name for f in out):
-            return df
-    cols = [
-        _col(present[f.name.lower()]).alias(f.name)
-        if f.name.lower() in present
-        else F.lit(None).cast(f.dataType).alias(f.name)
-        for f in out
-    ]
-    if corrupt is not None:
-        cols.append(_col(CORRUPT_COLUMN).alias(CORRUPT_COLUMN, metadata=layout))
-    return df.select(*cols)
-
-
-def _union(frames: Sequence[DataFrame]) -> DataFrame:
-    return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
-
-
-def _problems(what: str, problems: Sequence[str], hints: Sequence[str]) -> str:
-    shown = "; ".join(problems[:_NAMED])
-    more = f" (and {len(problems) - _NAMED} more)" if len(problems) > _NAMED else ""
-    return f"{what}: {shown}{more}; nothing was committed. " + " ".join(hints)
-
-
-def _drift_hint(kind: str) -> str:
-    return (
-        "Add the column(s) to the schema, or set schema_drift='add_columns' to load them as new "
-        f"nullable {kind} column(s)"
-    )
-
-
 # -- CSV -----------------------------------------------------------------------------------
 def _read_csv(
     spark: SparkSession,
@@ -213,14 +153,14 @@ def _read_csv(
     from pyspark.sql.types import StringType, StructField, StructType
 
     dialect = CsvDialect.from_options(options)
-    layout = _layout("csv", options)
+    layout = layout_metadata("csv", options)
     if not dialect.header:
         if declared is None:
             return reader.load([spark_path(p) for p in paths])
         df = reader.schema(StructType(list(declared.fields) + ([corrupt] if corrupt else []))).load(
             [spark_path(p) for p in paths]
         )
-        return _project(
+        return project(
             df, {f.name.lower(): f.name for f in declared.fields}, declared.fields, corrupt, layout
         )
     headers: dict[str, list[str] | None] = {}
@@ -265,10 +205,10 @@ def _read_csv(
         if missing or unnamed:
             hints.append("Fix the files' headers, or the schema.")
         if new and schema_drift != SCHEMA_ADD_COLUMNS:
-            hints.append(_drift_hint("STRING"))
+            hints.append(drift_hint("STRING"))
         problems = missing + unnamed + ([] if schema_drift == SCHEMA_ADD_COLUMNS else new)
         raise SchemaMismatchError(
-            label, _problems("the CSV headers do not match the schema", problems, hints)
+            label, problem_message("the CSV headers do not match the schema", problems, hints)
         )
     out = list(declared.fields) + list(extras.values())
     types = {f.name.lower(): f.dataType for f in out}
@@ -278,8 +218,8 @@ def _read_csv(
             [StructField(n, types[n.lower()], True) for n in order] + ([corrupt] if corrupt else [])
         )
         df = reader.schema(read_schema).load([spark_path(p) for p in group])
-        frames.append(_project(df, {n.lower(): n for n in order}, out, corrupt, layout))
-    return _union(frames)
+        frames.append(project(df, {n.lower(): n for n in order}, out, corrupt, layout))
+    return union(frames)
 
 
 def _read_csv_without_schema(
@@ -299,7 +239,7 @@ def _read_csv_without_schema(
         return reader.load([spark_path(p) for p in paths])
     lists = list(groups.values())
     lists[0] = lists[0] + empty  # an empty file has no rows: any group may read it
-    return _union([reader.load([spark_path(p) for p in group]) for group in lists])
+    return union([reader.load([spark_path(p) for p in group]) for group in lists])
 
 
 # -- JSON ----------------------------------------------------------------------------------
@@ -341,7 +281,7 @@ def _read_json(
         # add_columns widens top-level columns only.
         raise SchemaMismatchError(
             label,
-            _problems(
+            problem_message(
                 "the JSON files carry nested fields the schema's structs do not declare",
                 [f"field {p}" for p in nested],
                 ["Declare them in the schema (schema_drift='add_columns' adds top-level columns only)"],
@@ -349,24 +289,24 @@ def _read_json(
         )
     if extras and schema_drift != SCHEMA_ADD_COLUMNS:
         probe = spark.read.format("json").options(**infer).schema(StructType(extras)).load(uris)
-        flags = [F.max(_col(f.name).isNotNull().cast("int")).alias(f.name) for f in extras]
+        flags = [F.max(col(f.name).isNotNull().cast("int")).alias(f.name) for f in extras]
         holders = probe.groupBy(F.input_file_name().alias("_eod_file")).agg(*flags).collect()
         problems = []
         for f in extras:
             files = sorted(path_of_uri(r["_eod_file"]) for r in holders if r[f.name])
-            where = ", ".join(files[:_NAMED]) if files else "the batch's files (always null)"
+            where = ", ".join(files[:NAMED]) if files else "the batch's files (always null)"
             problems.append(f"{where} carry field {f.name} ({f.dataType.simpleString()})")
         raise SchemaMismatchError(
             label,
-            _problems(
+            problem_message(
                 "the JSON files carry fields the schema does not declare (names are case-sensitive)",
                 problems,
-                [_drift_hint("")],
+                [drift_hint("")],
             ),
         )
     out = list(declared.fields) + extras
     df = reader.schema(StructType(out + ([corrupt] if corrupt else []))).load(uris)
-    return _project(df, {f.name.lower(): f.name for f in out}, out, corrupt, _layout("json", options))
+    return project(df, {f.name.lower(): f.name for f in out}, out, corrupt, layout_metadata("json", options))
 
 
 def _nested_extras(declared: Any, inferred: Any, prefix: str) -> list[str]:
@@ -433,7 +373,7 @@ def _read_parquet(
         # Spark would read the missing column as null in every row of those files.
         raise SchemaMismatchError(
             label,
-            _problems(
+            problem_message(
                 "Parquet files lack columns the schema declares",
                 lacking,
                 ["Fix the files, or drop the column from the schema"],
@@ -451,14 +391,14 @@ def _read_parquet(
     extras = [f for f in merged.schema.fields if f.name.lower() in carriers]
     if schema_drift != SCHEMA_ADD_COLUMNS:
         problems = [
-            f"{', '.join(carriers[f.name.lower()][:_NAMED])} carry column {f.name} "
+            f"{', '.join(carriers[f.name.lower()][:NAMED])} carry column {f.name} "
             f"({f.dataType.simpleString()})"
             for f in extras
         ]
         raise SchemaMismatchError(
             label,
-            _problems(
-                "the Parquet files carry columns the schema does not declare", problems, [_drift_hint("")]
+            problem_message(
+                "the Parquet files carry columns the schema does not declare", problems, [drift_hint("")]
             ),
         )
     return reader.schema(StructType(list(declared.fields) + extras)).load(uris)

@@ -13,10 +13,9 @@ import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_eod.core.ask import BatchStatus, ask, ask_table
-from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.delta import compat as table_compat
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import (
@@ -29,10 +28,10 @@ from airflow_eod.core.errors import (
 )
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.load_commit import commit_batch
-from airflow_eod.core.load_flow import FrozenBatch
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.retention import check_retention
 from airflow_eod.core.planlog.store import Plan
+from airflow_eod.core.quarantine_outbox import deliver_outbox, with_outbox
 from airflow_eod.core.replaced_files import refuse_append_only
 from airflow_eod.core.result import (
     ALREADY_COMMITTED,
@@ -41,13 +40,13 @@ from airflow_eod.core.result import (
     decide_after_failure,
     result_from_status,
 )
-from airflow_eod.core.spec_files import remove_decided_specs
+from airflow_eod.core.settle import settle_committed
 from airflow_eod.core.table_layout import attempt_dir, table_dir
 from airflow_eod.sources import Credentials, ReadContext, Source
 from airflow_eod.spark import jvm_log
 from airflow_eod.spark.bad_records import MalformedSplit, single_pass, split_malformed
 from airflow_eod.spark.load_spec import LoadSpec
-from airflow_eod.spark.quarantine import deliver_outbox, stage_outbox, with_outbox
+from airflow_eod.spark.quarantine import stage_outbox
 from airflow_eod.spark.readers import read_batch
 
 if TYPE_CHECKING:
@@ -65,15 +64,6 @@ DELTA_SPARK_REFREEZE = (
     "change; a pipeline may switch engines between runs, docs/guarantee.md), then set "
     "engine='delta-spark' back for the runs after it"
 )
-
-
-def settle_committed(table_uri: str, status: BatchStatus, try_number: int | None = None) -> None:
-    """What is due once the table holds a batch, and a crash may have cut off: deliver its
-    quarantine outbox, and remove other attempts' files: their data directories, and the
-    specs of submitted attempts a SIGKILLed task left behind. Neither starts Spark."""
-    deliver_outbox(table_uri, status, try_number=try_number)
-    remove_uncommitted_attempts(table_uri, status, try_number=try_number)
-    remove_decided_specs(table_uri, status)
 
 
 def resolve_transform(path: str) -> Transform:
@@ -117,7 +107,7 @@ def _write(
 
         manifest = replace(manifest, rows=spark_df.count())
         # Delta Spark commits inside its write: the last moment to find a change is now (the
-        # rows of a JDBC batch are already read and kept, see readers.read_jdbc_batch).
+        # rows of a JDBC batch are already read and kept, see jdbc_reader.read_jdbc_batch).
         source.verify(plan, ctx)
         return write_with_delta_spark(
             spark_df,
@@ -285,29 +275,3 @@ def run_load(
         status.table_version,
     )
     return result_from_status(spec.table_uri, status, outcome)
-
-
-def local_run(
-    session: Callable[[], SparkSession],
-    table_uri: str,
-    source: Source,
-    *,
-    transform_fn: Transform | None = None,
-    credentials: Credentials | None = None,
-    **settings: Any,
-) -> Callable[[FrozenBatch], LoadResult]:
-    """The ``run`` step of :func:`~airflow_eod.core.load_flow.load_batch` in this process.
-
-    :param session: returns the SparkSession; called only when a batch is loaded.
-    :param table_uri: the target table.
-    :param source: the source.
-    :param transform_fn: a callable transform, which overrides ``settings["transform"]``.
-    :param credentials: the source's credentials.
-    :param settings: the other :class:`LoadSpec` fields (``run_id``, ``try_number``, ...).
-    """
-
-    def run(frozen: FrozenBatch) -> LoadResult:
-        spec = LoadSpec.for_batch(table_uri, frozen, source, **settings)
-        return run_load(session(), spec, transform_fn, credentials)
-
-    return run

@@ -1,13 +1,15 @@
 """The load of one frozen batch as data: what crosses a process boundary to a Spark driver.
 
 In-process code passes the typed :class:`LoadSpec`; a submitted driver receives its JSON
-(:meth:`LoadSpec.to_json`), which holds no credentials.
+(:meth:`LoadSpec.to_json`), which holds no credentials. Its JSON is the spec's fields, flat,
+as they always were: :class:`LoadSettings` is how the task passes them, not a new layout.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,36 @@ from airflow_eod.core.table_layout import normalise, path_part
 if TYPE_CHECKING:
     from airflow_eod.core.load_flow import FrozenBatch
     from airflow_eod.core.source import Source
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadSettings:
+    """What a load sets for every batch it loads: the :class:`LoadSpec` fields besides the
+    batch. Checked where the spec is built (:meth:`LoadSpec.__post_init__`).
+
+    :param partition_by: partition columns for a table this load creates.
+    :param transform: ``"module:function"`` applied to the DataFrame before the write.
+    :param engine: ``delta-rs`` (default) or ``delta-spark``.
+    :param run_id: the Airflow run id, recorded in the manifest.
+    :param try_number: the Airflow try number, recorded in the manifest.
+    :param table_configuration: table properties for a table this load creates.
+    :param schema_drift: ``fail`` or ``add_columns``.
+    :param quarantine_table_uri: where malformed records go; unset: they fail the batch.
+    """
+
+    partition_by: Sequence[str] = ()
+    transform: str | None = None
+    engine: str = "delta-rs"
+    run_id: str | None = None
+    try_number: int | None = None
+    table_configuration: Mapping[str, str] = field(default_factory=dict)
+    schema_drift: str = SCHEMA_FAIL
+    quarantine_table_uri: str | None = None
+
+    def __post_init__(self) -> None:
+        # Copies: a list or dict the caller goes on changing does not change the settings.
+        object.__setattr__(self, "partition_by", tuple(self.partition_by))
+        object.__setattr__(self, "table_configuration", dict(self.table_configuration))
 
 
 @dataclass
@@ -70,15 +102,39 @@ class LoadSpec:
         path_part(self.attempt_id, "attempt id")  # it names the attempt's directory and spec
 
     @classmethod
-    def for_batch(cls, table_uri: str, frozen: FrozenBatch, source: Source, **settings: Any) -> LoadSpec:
-        """The spec that loads ``frozen``; ``settings`` are the other fields."""
+    def for_batch(
+        cls, table_uri: str, frozen: FrozenBatch, source: Source, settings: LoadSettings | None = None
+    ) -> LoadSpec:
+        """The spec that loads ``frozen`` with ``settings`` (the defaults when ``None``)."""
+        settings = settings or LoadSettings()
         return cls(
             table_uri=table_uri,
             plan=frozen.plan,
             source=source,
+            partition_by=list(settings.partition_by),
+            transform=settings.transform,
+            engine=settings.engine,
+            run_id=settings.run_id,
+            try_number=settings.try_number,
+            table_configuration=dict(settings.table_configuration),
             restate=frozen.restate,
             previous_generation=frozen.previous_generation,
-            **settings,
+            schema_drift=settings.schema_drift,
+            quarantine_table_uri=settings.quarantine_table_uri,
+        )
+
+    @property
+    def settings(self) -> LoadSettings:
+        """The spec's fields that are the load's settings."""
+        return LoadSettings(
+            partition_by=tuple(self.partition_by),
+            transform=self.transform,
+            engine=self.engine,
+            run_id=self.run_id,
+            try_number=self.try_number,
+            table_configuration=dict(self.table_configuration),
+            schema_drift=self.schema_drift,
+            quarantine_table_uri=self.quarantine_table_uri,
         )
 
     @property

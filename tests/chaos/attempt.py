@@ -33,8 +33,10 @@ from typing import Any
 
 from airflow_eod.core.faults import ENV_VAR
 from airflow_eod.core.load_flow import LoadRequest, load_batch
+from airflow_eod.core.settle import settle_committed
+from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, ReadContext, source_from_dict
-from airflow_eod.spark.load_job import local_run, settle_committed
+from airflow_eod.spark.load_spec import LoadSettings
 
 READY = "READY"
 RESULT = "RESULT "
@@ -66,7 +68,7 @@ def run_attempt(args: dict[str, object], session: Callable[[], object]) -> str:
         request,
         source,
         ReadContext(spark_factory=session, credentials=creds),  # type: ignore[arg-type]
-        run=local_run(session, table, source, credentials=creds, **args["settings"]),  # type: ignore[arg-type]
+        run=local_run(session, table, source, credentials=creds, settings=LoadSettings(**args["settings"])),  # type: ignore[arg-type]
         settle=lambda status: settle_committed(table, status, args["try_number"]),  # type: ignore[arg-type]
     )
     return result.outcome

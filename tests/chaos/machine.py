@@ -49,10 +49,12 @@ from airflow_eod.core.errors import (
 )
 from airflow_eod.core.faults import ENV_VAR, POINTS, InjectedFault
 from airflow_eod.core.load_flow import LoadRequest, load_batch
+from airflow_eod.core.settle import settle_committed
+from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, ReadContext
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from airflow_eod.sources.landing_files import LandingFilesSource
-from airflow_eod.spark.load_job import local_run, settle_committed
+from airflow_eod.spark.load_spec import LoadSettings
 from tests.chaos.children import CHILDREN
 from tests.chaos.jdbc_world import JdbcHistory, day_time, keyed
 from tests.chaos.oracle import check_jdbc_batches, check_tables
@@ -410,7 +412,9 @@ class ChaosMachine(RuleBasedStateMachine):
                 request,
                 source,
                 ReadContext(spark_factory=lambda: spark, credentials=creds),
-                run=local_run(lambda: spark, target, source, credentials=creds, **settings),
+                run=local_run(
+                    lambda: spark, target, source, credentials=creds, settings=LoadSettings(**settings)
+                ),
                 settle=lambda status: settle_committed(target, status, try_no),
             )
         except InjectedFault as exc:

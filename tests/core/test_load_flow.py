@@ -17,7 +17,7 @@ from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
 from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, NO_NEW_DATA, LoadResult
 from airflow_eod.core.source import ReadContext
 from airflow_eod.examples.sample_data import write_order_files
-from airflow_eod.spark.load_job import local_run
+from airflow_eod.runners.local import local_run
 from tests.conftest import REPO
 from tests.support.helpers import check, load_dag_file, orders_source, task_tries, xcom_value
 
@@ -187,7 +187,7 @@ def test_libpq_and_jvm_planning_freeze_the_same_timestamp_frontier(
     from airflow_eod.core.ask import ask
     from airflow_eod.core.planlog.store import PlanLog
     from airflow_eod.sources import Credentials, JdbcIncrementalSource
-    from airflow_eod.sources.jdbc_incremental import postgres_conninfo
+    from airflow_eod.sources.jdbc_query import postgres_conninfo
 
     postgres.execute(
         "CREATE TABLE ts_flow (id int, plain timestamp, zoned timestamptz);"
@@ -238,18 +238,75 @@ def test_the_execution_mode_is_checked_when_the_dag_is_parsed() -> None:
 
 
 def test_a_load_spec_round_trips_through_json_with_typed_plan_and_source(tmp_path: Any) -> None:
-    from airflow_eod.spark.load_spec import LoadSpec
+    from airflow_eod.spark.load_spec import LoadSettings, LoadSpec
     from tests.support.helpers import plan_for
 
     write_order_files(str(tmp_path / "landing"), 2, 5)
     source = orders_source(str(tmp_path / "landing"))
     plan = plan_for(source, str(tmp_path / "table"))
     spec = LoadSpec.for_batch(
-        str(tmp_path / "table"), FrozenBatch(plan), source, run_id="r", try_number=2, partition_by=["day"]
+        str(tmp_path / "table"),
+        FrozenBatch(plan),
+        source,
+        LoadSettings(run_id="r", try_number=2, partition_by=["day"]),
     )
     again = LoadSpec.from_json(spec.to_json())
     assert again == spec and again.plan == plan and again.source == source
     assert again.attempt_id == spec.attempt_id and len(spec.attempt_id) == 16
+
+
+def test_typed_settings_leave_the_spec_on_disk_as_it_was(tmp_path: Any) -> None:
+    """A driver of an earlier release reads the spec a task of this one writes: the JSON is
+    the same flat fields, whichever way the settings travelled in the task."""
+    import json
+
+    from airflow_eod.spark.load_spec import LoadSettings, LoadSpec
+    from tests.support.helpers import plan_for
+
+    write_order_files(str(tmp_path / "landing"), 1, 5)
+    source = orders_source(str(tmp_path / "landing"))
+    plan = plan_for(source, str(tmp_path / "table"))
+    partitions = ["day"]
+    settings = LoadSettings(
+        partition_by=partitions, engine="delta-rs", run_id="r", try_number=3, table_configuration={"a": "b"}
+    )
+    partitions.append("hour")  # the settings hold a copy
+    spec = LoadSpec.for_batch(str(tmp_path / "table"), FrozenBatch(plan, restate=True), source, settings)
+    flat = LoadSpec(
+        table_uri=str(tmp_path / "table"),
+        plan=plan,
+        source=source,
+        partition_by=["day"],
+        run_id="r",
+        try_number=3,
+        table_configuration={"a": "b"},
+        attempt_id=spec.attempt_id,
+        restate=True,
+    )
+    assert spec.to_json() == flat.to_json() and spec.settings == settings
+    assert sorted(json.loads(spec.to_json())) == [
+        "attempt_id", "engine", "partition_by", "plan", "previous_generation", "quarantine_table_uri",
+        "restate", "run_id", "schema_drift", "source", "table_configuration", "table_uri",
+        "transform", "try_number",
+    ]  # fmt: skip
+
+
+def test_one_registry_pairs_each_kind_of_source_with_its_reader() -> None:
+    from airflow_eod.sources import SOURCE_KINDS, LandingFilesSource, source_from_dict
+    from airflow_eod.spark.readers import REGISTRY, read_batch
+
+    assert {kind: k.source for kind, k in REGISTRY.items()} == SOURCE_KINDS
+    assert sorted(REGISTRY) == ["jdbc_incremental", "landing_files"]
+    for kind, k in REGISTRY.items():
+        assert k.source.kind == kind
+    source = LandingFilesSource(path="/landing")
+    assert source_from_dict(source.to_dict()) == source and source.to_dict()["type"] == "landing_files"
+
+    class Unknown:
+        kind = "landing_files"  # a kind it does not implement
+
+    with pytest.raises(TypeError, match="no reader for a source of type Unknown"):
+        read_batch(Unknown(), None, None)  # type: ignore[arg-type]
 
 
 def test_submit_settings_that_cannot_work_are_refused_when_the_dag_is_parsed() -> None:

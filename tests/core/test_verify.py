@@ -514,7 +514,7 @@ def test_verify_does_not_let_one_unknown_batch_hide_rows_dropped_by_a_fake_optim
 
 def _commit_with_an_undelivered_outbox(table: str, quarantine: str) -> Plan:
     """A batch committed with 2 malformed records in its outbox, never delivered."""
-    from airflow_eod.spark.quarantine import Outbox, with_outbox
+    from airflow_eod.core.quarantine_outbox import Outbox, with_outbox
 
     plan = _plan(table, 20)
     staged, manifest = stage_rows(table, plan, 0, "good", [1, 2, 3])

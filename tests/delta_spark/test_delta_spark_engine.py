@@ -36,9 +36,10 @@ from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.examples.sample_data import write_order_files
+from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
-from airflow_eod.spark.load_job import local_run, run_load
-from airflow_eod.spark.load_spec import LoadSpec
+from airflow_eod.spark.load_job import run_load
+from airflow_eod.spark.load_spec import LoadSettings, LoadSpec
 from tests.conftest import DELTA_SPARK_JARS_ENV, POSTGRES_JDBC_JAR
 from tests.support.helpers import (
     ORDERS_DDL,
@@ -336,16 +337,22 @@ def test_a_crash_after_the_plan_is_frozen_then_a_retry_loads_the_same_batch(
     write_order_files(landing, 2, 30)
     source = orders_source(landing)
     ctx = ReadContext(spark_factory=lambda: spark)
-    run = local_run(lambda: spark, table, source, engine=ENGINE, run_id="run-1", try_number=1)
+    run = local_run(
+        lambda: spark, table, source, settings=LoadSettings(engine=ENGINE, run_id="run-1", try_number=1)
+    )
     monkeypatch.setenv("EOD_FAULTPOINTS", "after_plan=raise@1")
     with pytest.raises(InjectedFault):
         load_batch(LoadRequest(table, "tests.ds_flow", "run-1", try_number=1), source, ctx, run=run)
     assert not os.path.exists(os.path.join(table, "_delta_log"))
     write_order_files(landing, 1, 30, first_id=800)  # arrives before the retry: not in the batch
-    retry = local_run(lambda: spark, table, source, engine=ENGINE, run_id="run-1", try_number=2)
+    retry = local_run(
+        lambda: spark, table, source, settings=LoadSettings(engine=ENGINE, run_id="run-1", try_number=2)
+    )
     result = load_batch(LoadRequest(table, "tests.ds_flow", "run-1", try_number=2), source, ctx, run=retry)
     assert (result.outcome, result.rows) == ("committed", 60)
-    nxt = local_run(lambda: spark, table, source, engine=ENGINE, run_id="run-2", try_number=1)
+    nxt = local_run(
+        lambda: spark, table, source, settings=LoadSettings(engine=ENGINE, run_id="run-2", try_number=1)
+    )
     assert load_batch(LoadRequest(table, "tests.ds_flow", "run-2"), source, ctx, run=nxt).rows == 30
     assert_loaded(table, landing, rows=90, batches=2)
 

@@ -26,11 +26,11 @@ from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.result import LoadResult
+from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark import delta_spark_engine
 from airflow_eod.spark.driver import CREDENTIALS_PASSWORD_ENV, CREDENTIALS_USER_ENV
-from airflow_eod.spark.load_job import local_run
-from airflow_eod.spark.load_spec import LoadSpec
+from airflow_eod.spark.load_spec import LoadSettings, LoadSpec
 from tests.conftest import DELTA_SPARK_JARS_ENV, POSTGRES_JDBC_JAR
 from tests.support.helpers import run_child
 from tests.support.jdbc_helpers import check_against_postgres, create_orders, insert_orders
@@ -117,11 +117,9 @@ def _load(
         lambda: spark,
         table,
         source,
-        engine=engine,
+        settings=LoadSettings(engine=engine, run_id=token, try_number=try_number),
         credentials=_creds(pg),
         transform_fn=transform,
-        run_id=token,
-        try_number=try_number,
     )
     return load_batch(request, source, ctx, run=wrap(run) if wrap else run)
 

@@ -25,8 +25,9 @@ from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.planlog.intervals import IntervalIndex
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.result import LoadResult
+from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
-from airflow_eod.spark.load_job import local_run
+from airflow_eod.spark.load_spec import LoadSettings
 from tests.support.jdbc_helpers import create_orders
 
 pytestmark = [pytest.mark.guarantee]
@@ -219,7 +220,7 @@ def test_an_update_while_the_delta_spark_engine_reads_is_committed_silently(
         return df
 
     run = local_run(lambda: spark, table, src, credentials=creds, transform_fn=change_then_read,
-                    engine="delta-spark")  # fmt: skip
+                    settings=LoadSettings(engine="delta-spark"))  # fmt: skip
     request = LoadRequest(table, PIPE, "d1", interval=_days(0, 1))
     with pytest.raises(InputChangedError):
         load_batch(request, src, ReadContext(spark_factory=lambda: spark, credentials=creds), run=run)

@@ -33,9 +33,9 @@ from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, NO_NEW_DATA
 from airflow_eod.examples.sample_data import write_order_files
+from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.driver import CREDENTIALS_PASSWORD_ENV, CREDENTIALS_USER_ENV
-from airflow_eod.spark.load_job import local_run
 from airflow_eod.spark.load_spec import LoadSpec
 from tests.conftest import REPO
 from tests.support.helpers import check, run_child

@@ -27,8 +27,8 @@ from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
 from airflow_eod.core.planlog.intervals import IntervalIndex, span_of
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.result import LoadResult
+from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
-from airflow_eod.spark.load_job import local_run
 from tests.support.jdbc_helpers import check_against_postgres, create_orders
 
 pytestmark = [pytest.mark.guarantee, pytest.mark.jdbc]

@@ -1,0 +1,23 @@
+"""Settling a committed batch: what is due once the table holds it, and a crash may have
+cut off. The load job does it after its commit, the task after a submitted driver ends and
+whenever it finds the batch already committed; none of it starts Spark."""
+
+from __future__ import annotations
+
+from airflow_eod.core.ask import BatchStatus
+from airflow_eod.core.cleanup import remove_uncommitted_attempts
+from airflow_eod.core.quarantine_outbox import deliver_outbox
+from airflow_eod.core.spec_files import remove_decided_specs
+
+
+def settle_committed(table_uri: str, status: BatchStatus, try_number: int | None = None) -> None:
+    """Deliver the batch's quarantine outbox, and remove other attempts' files: their data
+    directories, and the specs of submitted attempts a SIGKILLed task left behind.
+
+    :param table_uri: the main table.
+    :param status: the table's answer, for a committed batch.
+    :param try_number: this attempt's try number (for the fault points).
+    """
+    deliver_outbox(table_uri, status, try_number=try_number)
+    remove_uncommitted_attempts(table_uri, status, try_number=try_number)
+    remove_decided_specs(table_uri, status)

@@ -1,0 +1,136 @@
+"""The one adapter over the Spark provider's ``SparkSubmitHook``: the only module that knows
+its insides.
+
+Two things submit mode needs are not in the hook's public API:
+
+- the connection's ``master`` and ``deploy-mode``, which the hook resolves in its
+  constructor into the private ``_connection`` dict (the master is probed before
+  submitting, the deploy mode decides how the source's credentials reach the driver);
+- the private ``_env_vars``, through which the hook passes environment variables to a
+  driver on the cluster as ``spark.yarn.appMasterEnv.*`` / ``spark.kubernetes.driverEnv.*``
+  settings. It is set after the constructor, because only the resolved connection says
+  whether the driver runs on the cluster (and a client-mode driver gets them from the
+  process environment instead, off every command line).
+
+Why the provider is pinned (``apache-airflow-providers-apache-spark>=6.3,<6.4`` in
+pyproject.toml): a provider release may rename or reshape these private attributes without
+notice, and this adapter would then read an empty connection (no master probe, the
+credentials passed as in client mode) instead of failing. A new minor release is admitted
+by moving the pin once the tests of submit mode (tests/regressions/test_submit_adversary.py,
+tests/airflow/test_cluster.py) pass against it, and this module is the one place to adapt.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_eod.core.errors import ConfigurationError
+
+# SparkSubmitHook arguments the submit runner sets itself.
+_OWN_SUBMIT_ARGS = ("conf", "conn_id", "jars", "name", "application_args", "env_vars")
+# Settings under which spark-submit returns before the driver ends: the operator would ask
+# the table while the driver may still commit, and fail a load that then lands.
+_EARLY_RETURN = ("track_driver_via_k8s_api", "yarn_track_via_rm_api")
+_EARLY_RETURN_CONF = ("spark.yarn.submit.waitAppCompletion", "spark.kubernetes.submission.waitAppCompletion")
+
+
+def _hook_class() -> Any:
+    # Imported when used: the provider is imported only by a task that submits.
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    return SparkSubmitHook
+
+
+def check_submit_kwargs(submit_kwargs: Mapping[str, Any], spark_conf: Mapping[str, str]) -> None:
+    """Refuse, when the DAG is parsed, ``submit_kwargs`` that SparkSubmitHook does not take,
+    that the submit runner sets itself, or that make spark-submit return before its driver
+    ends.
+
+    :param submit_kwargs: more ``SparkSubmitHook`` arguments.
+    :param spark_conf: the ``--conf`` settings of spark-submit.
+    """
+    for key in _EARLY_RETURN_CONF:
+        if str(spark_conf.get(key, "true")).strip().lower() == "false":
+            raise ConfigurationError(f"spark_conf[{key!r}] = false: the task must wait for the driver to end")
+    if not submit_kwargs:
+        return
+    known = set(inspect.signature(_hook_class().__init__).parameters) - {"self"}
+    for key in submit_kwargs:
+        if key in _OWN_SUBMIT_ARGS:
+            raise ConfigurationError(
+                f"submit_kwargs[{key!r}]: the operator sets it (use spark_conf, spark_conn_id or jars)"
+            )
+        if key not in known:
+            raise ConfigurationError(f"submit_kwargs[{key!r}] is not an argument of SparkSubmitHook")
+        if key in _EARLY_RETURN and submit_kwargs[key]:
+            raise ConfigurationError(
+                f"submit_kwargs[{key!r}]: spark-submit would return before the driver ends, and "
+                "the task must ask the table after the driver has ended"
+            )
+
+
+class SparkSubmit:
+    """One spark-submit of an application, through ``SparkSubmitHook``.
+
+    :param conf: the ``--conf`` settings.
+    :param conn_id: the Spark connection.
+    :param jars: comma-separated jars.
+    :param name: the application's name.
+    :param application_args: the application's arguments.
+    :param submit_kwargs: more ``SparkSubmitHook`` arguments (checked by
+        :func:`check_submit_kwargs`).
+    """
+
+    def __init__(
+        self,
+        *,
+        conf: Mapping[str, str],
+        conn_id: str,
+        jars: str | None,
+        name: str,
+        application_args: list[str],
+        submit_kwargs: Mapping[str, Any],
+    ) -> None:
+        self._hook = _hook_class()(
+            conf=dict(conf),
+            conn_id=conn_id,
+            jars=jars,
+            name=name,
+            application_args=application_args,
+            **submit_kwargs,
+        )
+
+    def _connection(self) -> Mapping[str, Any]:
+        connection = getattr(self._hook, "_connection", None)
+        return connection if isinstance(connection, Mapping) else {}
+
+    @property
+    def master(self) -> str | None:
+        """The master URL of the connection, as the hook resolved it."""
+        master = self._connection().get("master")
+        return None if master is None else str(master)
+
+    @property
+    def driver_on_cluster(self) -> bool:
+        """Whether the driver runs on the cluster (``deploy-mode cluster``)."""
+        return self._connection().get("deploy_mode") == "cluster"
+
+    def pass_to_cluster_driver(self, env: Mapping[str, str]) -> None:
+        """Pass ``env`` to a driver on the cluster, as the hook passes its ``env_vars``
+        (appMasterEnv/driverEnv settings, masked in the log)."""
+        self._hook._env_vars = dict(env)
+
+    def submit(self, application: str, *, env: Mapping[str, str] | None = None) -> None:
+        """Run spark-submit of ``application`` until it returns.
+
+        :param env: the whole environment of spark-submit (and of a client-mode driver);
+            the worker's own when ``None``.
+        """
+        popen: dict[str, Any] = {} if env is None else {"env": dict(env)}
+        self._hook.submit(application, **popen)
+
+    def on_kill(self) -> None:
+        """Stop the submitted application, best effort."""
+        self._hook.on_kill()

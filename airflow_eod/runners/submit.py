@@ -1,0 +1,180 @@
+"""The submit runner: the load job of each batch in a driver that spark-submit starts
+through the Spark provider's ``SparkSubmitHook`` (:mod:`airflow_eod.hooks.spark_submit`);
+then the table, not spark-submit's exit code, says what happened."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from airflow_eod.core.load_flow import FrozenBatch, decide_submitted
+from airflow_eod.core.result import LoadResult
+from airflow_eod.core.settle import settle_committed
+from airflow_eod.core.source import Credentials, Source
+from airflow_eod.core.spec_files import spec_path as spec_file_path
+from airflow_eod.core.storage.atomic_file import write_private
+from airflow_eod.hooks.spark_submit import SparkSubmit
+from airflow_eod.runners.spark_master import check_master_reachable
+from airflow_eod.spark import driver
+from airflow_eod.spark.load_spec import LoadSettings, LoadSpec
+from airflow_eod.spark.session import REQUIRED_CONF, engine_conf, with_utc_jvms
+
+
+class TaskLog(Protocol):
+    """Where the submit's lines go: the task's logger (``logging`` or Airflow's)."""
+
+    def info(self, msg: str, /, *args: Any) -> Any: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmitTarget:
+    """Where and how a batch's driver is submitted.
+
+    :param conn_id: the Spark connection (master, ``deploy-mode``, ``spark-binary``, ...).
+    :param spark_conf: ``--conf`` settings of spark-submit.
+    :param jars: comma-separated jars the load needs, such as a JDBC driver.
+    :param submit_kwargs: more ``SparkSubmitHook`` arguments.
+    """
+
+    conn_id: str = "spark_default"
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    jars: str | None = None
+    submit_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+class SubmitRun:
+    """The ``run`` step of :func:`~airflow_eod.core.load_flow.load_batch` through
+    spark-submit; made by :func:`submit_run`. :meth:`on_kill` stops the application of the
+    batch being loaded."""
+
+    def __init__(
+        self,
+        *,
+        target: SubmitTarget,
+        table_uri: str,
+        source: Source,
+        settings: LoadSettings,
+        credentials: Credentials | None,
+        log: TaskLog,
+    ) -> None:
+        self.target = target
+        self.table_uri = table_uri
+        self.source = source
+        self.settings = settings
+        self.credentials = credentials
+        self.log = log
+        self._submit: SparkSubmit | None = None
+
+    def __call__(self, frozen: FrozenBatch) -> LoadResult:
+        """spark-submit the driver for ``frozen``, then ask the table what happened."""
+        spec = LoadSpec.for_batch(self.table_uri, frozen, self.source, self.settings)
+        label = frozen.plan.key.label
+        # The spec lives beside the table: a driver that can write the table can read it,
+        # on this machine or (deploy-mode cluster) on a node of the cluster.
+        # Its name says whose it is: the settle step of a committed batch removes the specs a
+        # SIGKILLed task left behind (airflow_eod.core.spec_files).
+        spec_path = spec_file_path(self.table_uri, frozen.plan.key, spec.generation, spec.attempt_id)
+        write_private(spec_path, spec.to_json())  # 0600: no other user reads what it names
+        secrets: dict[str, str] = {}
+        if self.credentials is not None:
+            from airflow.sdk.log import mask_secret
+
+            mask_secret(self.credentials.password)
+            secrets = {
+                driver.CREDENTIALS_USER_ENV: self.credentials.user,
+                driver.CREDENTIALS_PASSWORD_ENV: self.credentials.password,
+            }
+        target = self.target
+        submit = self._submit = SparkSubmit(
+            conf={**engine_conf(spec.engine), **with_utc_jvms(dict(target.spark_conf)), **REQUIRED_CONF},
+            conn_id=target.conn_id,
+            jars=target.jars,
+            name=f"airflow-eod {label}"[:200],
+            application_args=["--spec", spec_path],
+            submit_kwargs=target.submit_kwargs,
+        )
+        env: dict[str, str] | None = None
+        if secrets and submit.driver_on_cluster:
+            # A remote driver gets them as the hook passes secrets: appMasterEnv/driverEnv
+            # settings, masked in the log (and visible to `ps` on this worker).
+            submit.pass_to_cluster_driver(secrets)
+        elif secrets:
+            # A client-mode driver is a child of spark-submit: the process environment
+            # reaches it, and keeps the password off every command line.
+            env = {**os.environ, **secrets}
+        self.log.info(
+            "batch %s: submitting attempt %s (generation %d) through connection %r",
+            label,
+            spec.attempt_id,
+            spec.generation,
+            target.conn_id,
+        )
+        error: BaseException | None = None
+        try:
+            # A master that is down fails here in seconds, naming it, not in 90 s as a
+            # stopped SparkContext (runners/spark_master.py).
+            check_master_reachable(submit.master, target.conn_id)
+            submit.submit(driver.__file__, env=env)
+        except Exception as exc:  # the table decides, not spark-submit's exit code
+            error = exc
+        try:
+            result, status = decide_submitted(
+                self.table_uri, frozen, spec.attempt_id, error, driver.read_error(spec_path)
+            )
+        finally:
+            # spark-submit has returned: the driver has ended (waitAppCompletion is refused
+            # off), and a retry writes a spec of its own.
+            for path in (spec_path, driver.error_path(spec_path)):
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass
+        self.log.info(
+            "batch %s: the table holds generation %s at version %s: %s (attempt %s)",
+            label,
+            status.committed_generation,
+            status.table_version,
+            result.outcome,
+            status.manifest.attempt_id if status.manifest else None,
+        )
+        # The driver does this after its commit; a driver killed right after it did not.
+        settle_committed(self.table_uri, status, spec.try_number)
+        return result
+
+    def on_kill(self) -> None:
+        """Stop the submitted Spark application, best effort."""
+        if self._submit is not None:
+            self._submit.on_kill()
+
+
+def submit_run(
+    target: SubmitTarget,
+    table_uri: str,
+    source: Source,
+    *,
+    settings: LoadSettings | None = None,
+    credentials: Credentials | None = None,
+    log: TaskLog | None = None,
+) -> SubmitRun:
+    """The ``run`` step of :func:`~airflow_eod.core.load_flow.load_batch` through spark-submit.
+
+    :param target: where and how the driver is submitted.
+    :param table_uri: the target table.
+    :param source: the source.
+    :param settings: the load's settings (the defaults when ``None``); a transform must be
+        ``"module:function"``, importable where the driver runs.
+    :param credentials: the source's credentials: they reach the driver in its environment,
+        never in the spec.
+    :param log: where the submit's lines go (the task's log).
+    """
+    return SubmitRun(
+        target=target,
+        table_uri=table_uri,
+        source=source,
+        settings=settings or LoadSettings(),
+        credentials=credentials,
+        log=log or logging.getLogger(__name__),
+    )
