@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from airflow_eod.core import bounded_json
@@ -40,32 +41,43 @@ def read_commit_actions(table_path: str, version: int, wanted: set[str]) -> list
         not a bounded JSON object.
     """
     path = commit_path(table_path, version)
-    try:
-        fh = bounded_json.open_regular(path)
-    except FileNotFoundError:
+    store, key = storage_at(table_path), f"{LOG_DIR}/{version:020d}.json"
+    head = store.head(key)
+    if head is None:
         return None
+    try:
+        if head.size <= _WHOLE_COMMIT:
+            data = store.get(key, limit=_WHOLE_COMMIT)
+            fh = None
+        else:
+            # Too large to hold whole: read line by line, each line bounded.
+            fh = bounded_json.open_regular(path)
+    except FileNotFoundError:
+        return None  # removed since it was seen (a log cleanup)
     except bounded_json.JsonBoundError as exc:
         raise CorruptTableError(table_path, path, str(exc)) from None
+    if fh is None:
+        # Most commits of a loaded table are a batch's adds and its marker: only lines that
+        # can hold a wanted action are split out and matched (bytes: no decoding).
+        if not any(b'"' + name.encode() + b'"' in data for name in wanted):
+            return []
+        return _wanted_actions(table_path, path, data.splitlines(), wanted)
+    with fh:
+        return _wanted_actions(table_path, path, bounded_json.json_lines(fh), wanted)
+
+
+def _wanted_actions(
+    table_path: str, path: str, lines: Iterable[bytes], wanted: set[str]
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     try:
-        with fh:
-            lines: Any
-            if os.fstat(fh.fileno()).st_size <= _WHOLE_COMMIT:
-                data = fh.read(_WHOLE_COMMIT + 1)
-                # Most commits of a loaded table are a batch's adds and its marker: only lines
-                # that can hold a wanted action are split out and matched (bytes: no decoding).
-                if not any(b'"' + name.encode() + b'"' in data for name in wanted):
-                    return []
-                lines = data.splitlines()
-            else:
-                lines = bounded_json.json_lines(fh)
-            for raw in lines:
-                m = _ACTION_BYTES.match(raw)
-                if m is not None and m.group(1).decode() in wanted:
-                    action, name = bounded_json.loads(raw), m.group(1).decode()
-                    if not isinstance(action, dict) or not isinstance(action.get(name), dict):
-                        raise bounded_json.JsonBoundError(f"has a {name} action that is not an object")
-                    out.append(action)
+        for raw in lines:
+            m = _ACTION_BYTES.match(raw)
+            if m is not None and m.group(1).decode() in wanted:
+                action, name = bounded_json.loads(raw), m.group(1).decode()
+                if not isinstance(action, dict) or not isinstance(action.get(name), dict):
+                    raise bounded_json.JsonBoundError(f"has a {name} action that is not an object")
+                out.append(action)
     except ValueError as exc:  # JsonBoundError, or a line that is not JSON
         raise CorruptTableError(table_path, path, f"is not a Delta commit ({exc})") from None
     return out
