@@ -15,14 +15,15 @@ treat an unbounded one the same way.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import stat
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import pyarrow.parquet as pq
+
+from airflow_eod.core.storage import local
+from airflow_eod.core.storage.base import BoundError
 
 # One small metadata file: `_delta_log/_last_checkpoint`, `_eod/table.json`, a checkpoint
 # index's `index.json` and buckets (a bucket holds 256 markers, about 20 KB).
@@ -41,8 +42,9 @@ MAX_ACTION_LINE = 64 << 20
 MAX_DEPTH = 256
 
 
-class JsonBoundError(ValueError):
-    """The JSON is out of bounds or holds what JSON does not (``NaN``, ``Infinity``)."""
+# The out-of-bounds error of the storage seam, under the name this module's callers know:
+# a link, a device or an object over its limit met while reading is the same refusal.
+JsonBoundError = BoundError
 
 
 def _reject_constant(name: str) -> Any:
@@ -86,20 +88,7 @@ def open_regular(path: str) -> BinaryIO:
     """``open(path, "rb")`` for a regular file only: a symbolic link (which may lead out of the
     table, to ``/dev/zero`` say) or a device or FIFO (whose read never ends, or never starts)
     raises :class:`JsonBoundError` without being read. ``OSError`` as ``open``."""
-    try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; it changes nothing for a file.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise JsonBoundError("is a symbolic link, which is not followed") from None
-        raise
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise JsonBoundError("is not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    return os.fdopen(fd, "rb")
+    return local.open_regular(path)
 
 
 def open_parquet(path: str) -> pq.ParquetFile:

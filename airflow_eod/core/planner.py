@@ -28,6 +28,7 @@ from airflow_eod.core.planlog.intervals import (
 from airflow_eod.core.planlog.offsets import OffsetHistory
 from airflow_eod.core.planlog.restatement import refreeze_hint
 from airflow_eod.core.planlog.store import INTERVAL, OFFSETS, Plan, PlanLog
+from airflow_eod.core.records.record_files import RecordStore
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +175,10 @@ def refuse_overlaps(plan_log: PlanLog, plan: Plan, start: datetime, end: datetim
         # without a plan are a dead planner's, and would block the neighbours.
         index.drop_names(twins)
     described = []
+    records = RecordStore(plan_log=plan_log)
     for other in others:
         other_key = BatchKey.for_interval(pipeline, *span_bounds(other)).key
-        if table_id is not None and plan_log.newest_commit_record(other_key, table_id) is not None:
+        if table_id is not None and records.newest_commit_record(other_key, table_id) is not None:
             state = "committed"
         elif plan_log.get_plan(other_key) is not None:
             state = "frozen, not committed yet"

@@ -21,11 +21,13 @@ import re
 from airflow_eod.core.ask import BatchStatus
 from airflow_eod.core.batch import BatchKey, fingerprint
 from airflow_eod.core.errors import UnsafePathError
+from airflow_eod.core.storage import storage_at
 from airflow_eod.core.table_layout import META_DIR, local_path, under
 
 log = logging.getLogger(__name__)
 
 SPECS_DIR = os.path.join(META_DIR, "specs")
+_SPECS_KEY = f"{META_DIR}/specs"
 _NAME = re.compile(r"^(?P<batch>[0-9a-f]{24})-g(?P<gen>[0-9]{1,9})-(?P<attempt>[0-9A-Za-z_-]{1,64})\.json")
 
 
@@ -52,11 +54,9 @@ def remove_decided_specs(table_uri: str, status: BatchStatus) -> list[str]:
     """
     if not status.committed or status.committed_generation is None:
         return []
+    store = storage_at(local_path(table_uri))
     try:
-        spec_dir = under(local_path(table_uri), *SPECS_DIR.split(os.sep))
-        names = os.listdir(spec_dir)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+        names = store.list(_SPECS_KEY)
     except UnsafePathError as exc:
         log.warning("batch %s: spec files left alone: %s", status.batch, exc)
         return []
@@ -66,14 +66,13 @@ def remove_decided_specs(table_uri: str, status: BatchStatus) -> list[str]:
         m = _NAME.match(name)
         if m is None or m["batch"] != tag or int(m["gen"]) > status.committed_generation:
             continue
-        path = os.path.join(spec_dir, name)
         try:
-            # A plain file only: a link or directory that matches the name is not ours.
-            if os.path.isfile(path) and not os.path.islink(path):
-                os.remove(path)
+            # A plain file only: a link or directory that matches the name is not ours, and
+            # the storage leaves it (as it does a file a racer removed first).
+            if store.delete(f"{_SPECS_KEY}/{name}"):
                 removed.append(name)
         except OSError:
-            pass  # a racer removed it first
+            pass
     if removed:
         log.info("batch %s: removed %d spec file(s) of decided attempts", status.batch, len(removed))
     return removed

@@ -114,6 +114,15 @@ def under(root: str, *parts: str, what: str = "path component", seen: set[str] |
     """
     for part in parts:
         path_part(part, what)
+    return no_link_out(root, parts, seen)
+
+
+def no_link_out(root: str, parts: tuple[str, ...] | list[str], seen: set[str] | None = None) -> str:
+    """``root`` joined with ``parts`` (names already checked by the caller), refused with
+    :class:`UnsafePathError` when a link on the way leads out of ``root`` (see :func:`under`).
+
+    :param seen: as for :func:`under`.
+    """
     base = root.rstrip(os.sep)
     path = base + os.sep + os.sep.join(parts) if parts else root
     # Plain names cannot climb, so only a link below the root can lead out: look for one

@@ -372,14 +372,14 @@ def test_the_newest_offset_plan_is_found_in_log_probes_without_a_loaded_index(
     for seq in range(planned):
         log.put_plan(Plan("tests.jdbc_like", f"o-{seq:08d}-x", OFFSETS, {"high": seq}, [], seq=seq))
     probes: list[str] = []
-    real_exists = os.path.exists
+    real_head = log.storage.head
 
-    def exists(path: Any) -> bool:
-        probes.append(str(path))
-        return real_exists(path)
+    def head(key: str) -> Any:
+        probes.append(key)
+        return real_head(key)
 
-    monkeypatch.setattr(os.path, "exists", exists)
+    monkeypatch.setattr(log.storage, "head", head)
     found = log.newest_offset_seq()
-    monkeypatch.setattr(os.path, "exists", real_exists)
+    monkeypatch.setattr(log.storage, "head", real_head)
     assert found == (planned - 1 if planned else None)
     assert len(probes) <= 2 * math.log2(planned + 2) + 2, len(probes)

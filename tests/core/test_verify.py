@@ -28,6 +28,7 @@ from airflow_eod.core.delta.parquet_stats import file_stats
 from airflow_eod.core.errors import UnsupportedTableError
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.records.record_files import RecordStore
 from airflow_eod.core.table_layout import normalise
 from tests.support.helpers import land_and_plan, orders_source, spec_for, stage_rows
 
@@ -53,7 +54,7 @@ def _load(table: str, plan: Plan, rows: list[int], *, cfg: dict[str, str] | None
 
 def _record(table: str, plan: Plan, generation: int | None = None) -> tuple[str, dict[str, Any]]:
     """The path and body of the batch's commit record (newest, or at ``generation``)."""
-    log = PlanLog(table, plan.pipeline_id)
+    log = RecordStore(plan_log=PlanLog(table, plan.pipeline_id))
     table_id = str(DeltaTable(table).metadata().id)
     body = (
         log.newest_commit_record(plan.batch_key, table_id)
@@ -252,7 +253,7 @@ def test_a_record_newer_than_the_marker_is_corrupt(table: str, loaded: dict[str,
     fake = dict(body, generation=1)
     fake["manifest"] = dict(body["manifest"], generation=1)
     fake.pop("checksum", None)
-    PlanLog(table, PIPE).put_commit_record(plan.batch_key, 1, body["table_id"], fake)
+    RecordStore(plan_log=PlanLog(table, PIPE)).put_commit_record(plan.batch_key, 1, body["table_id"], fake)
     report = audit_table(table)
     corrupt = [f for f in _kinds(report)["corrupt_record"] if f.batch_key == plan.batch_key]
     assert corrupt and "marker is at generation 0" in corrupt[0].message and not report.ok
@@ -798,19 +799,20 @@ def test_a_commit_that_a_log_cleanup_removes_while_it_is_read_is_not_called_unpa
     which it reports as "is not a Delta commit: a line of it is not JSON", and the error
     becomes UnsupportedTableError: the task ends at once (c3bf463) on a race a retry passes."""
     from airflow_eod.core.delta import log as delta_log
+    from airflow_eod.core.storage import LocalStorage
 
     _load(table, _plan(table, 20), [1, 2])
     vanished = f"{1:020d}.json"  # listed, then removed by the cleanup before it was opened
-    real_listdir = os.listdir
+    real_list = LocalStorage.list
 
-    def listing_with_a_vanished_commit(path: Any) -> list[str]:
-        names = real_listdir(path)
-        return [*names, vanished] if str(path).endswith("_delta_log") else names
+    def listing_with_a_vanished_commit(self: LocalStorage, prefix: str) -> list[str]:
+        names = real_list(self, prefix)
+        return sorted([*names, vanished]) if prefix.rstrip("/").endswith("_delta_log") else names
 
     def deltalake_fails(*_: Any, **__: Any) -> Any:
         raise OSError(f"Generic LocalFileSystem error: Object at location _delta_log/{vanished} not found")
 
-    monkeypatch.setattr(delta_log.os, "listdir", listing_with_a_vanished_commit)
+    monkeypatch.setattr(LocalStorage, "list", listing_with_a_vanished_commit)
     monkeypatch.setattr(delta_log, "DeltaTable", deltalake_fails)
     with pytest.raises(Exception) as got:
         delta_log._from_deltalake(table)

@@ -24,6 +24,7 @@ from deltalake import DeltaTable, write_deltalake
 from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import BatchError, ConfigurationError, EodError, UnsafePathError
 from airflow_eod.core.planlog.store import PlanLog
+from airflow_eod.core.records.record_files import RecordStore
 from airflow_eod.examples.compare import read_delta_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
@@ -393,6 +394,7 @@ def test_every_path_built_from_table_content_refuses_hostile_names(name: str, tm
     os.makedirs(table)
     key = BatchKey(PIPELINE, "i-20261110T000000Z-20261111T000000Z")
     log = PlanLog(table, PIPELINE)
+    records = RecordStore(plan_log=log)
     calls = [
         lambda: path_part(name),
         lambda: under(table, name),
@@ -403,14 +405,14 @@ def test_every_path_built_from_table_content_refuses_hostile_names(name: str, tm
         lambda: table_dir(table, attempt_dir(key, 0, name)),
         lambda: log.get_plan(name),
         lambda: log.get_plan(name, 1),
-        lambda: log.record_dir(name),
-        lambda: log.commit_record_path(key.key, 0, name),
-        lambda: log.commit_record_path(name, 0, "id"),
-        lambda: log.commit_record(key.key, 0, name),
-        lambda: log.newest_commit_record(key.key, name),
-        lambda: log.newest_commit_record(name, "id"),
-        lambda: log.put_commit_record(key.key, 0, name, {"x": 1}),
-        lambda: log.put_commit_record(name, 0, "id", {"x": 1}),
+        lambda: records.record_dir(name),
+        lambda: records.commit_record_path(key.key, 0, name),
+        lambda: records.commit_record_path(name, 0, "id"),
+        lambda: records.commit_record(key.key, 0, name),
+        lambda: records.newest_commit_record(key.key, name),
+        lambda: records.newest_commit_record(name, "id"),
+        lambda: records.put_commit_record(key.key, 0, name, {"x": 1}),
+        lambda: records.put_commit_record(name, 0, "id", {"x": 1}),
         lambda: PlanLog(table, name).root,
         lambda: BatchKey.from_app_id(f"eod:{PIPELINE}:{name}"),
         lambda: LoadSpec(table_uri=table, plan=_any_plan(), source=orders_source(lake), attempt_id=name),
@@ -422,7 +424,7 @@ def test_every_path_built_from_table_content_refuses_hostile_names(name: str, tm
             _refused_or_inside(call, table)
     assert sorted(os.listdir(lake)) == ["t"], f"something was written outside the table: {os.listdir(lake)}"
     if name == GOOD_NAME:
-        assert os.path.exists(log.commit_record_path(key.key, 0, name))
+        assert os.path.exists(records.commit_record_path(key.key, 0, name))
 
 
 def _any_plan() -> Any:
@@ -465,7 +467,7 @@ def test_links_inside_a_table_never_lead_reads_writes_or_removals_out_of_it(tmp_
         lambda: bound_table_id(t1),
         lambda: check_table_identity(t1, "mine"),
         lambda: PlanLog(t1, PIPELINE).get_plan(key.key),
-        lambda: PlanLog(t1, PIPELINE).put_commit_record(key.key, 0, "id", {"x": 1}),
+        lambda: RecordStore(plan_log=PlanLog(t1, PIPELINE)).put_commit_record(key.key, 0, "id", {"x": 1}),
         lambda: ask(t1, key),
     ):
         with pytest.raises(UnsafePathError):
@@ -475,7 +477,7 @@ def test_links_inside_a_table_never_lead_reads_writes_or_removals_out_of_it(tmp_
     os.makedirs(os.path.join(t2, "_eod", "pipelines", PIPELINE))
     os.symlink(outside, os.path.join(t2, "_eod", "pipelines", PIPELINE, "batches"))
     with pytest.raises(UnsafePathError):
-        PlanLog(t2, PIPELINE).recorded_batches()
+        RecordStore(plan_log=PlanLog(t2, PIPELINE)).recorded_batches()
     facts = read_plan_log_facts(t2, "id")
     assert facts.unreadable and "outside" in facts.unreadable[0][1]
     # _eod/checkpoints is a link: the index is neither read there nor written or pruned there.
@@ -515,7 +517,7 @@ def test_links_inside_a_table_never_lead_reads_writes_or_removals_out_of_it(tmp_
     # resolved once: its plan log is read and written as usual.
     t5 = fresh("t5")
     os.symlink(t5, str(tmp_path / "t5-link"))
-    via = PlanLog(str(tmp_path / "t5-link"), PIPELINE)
+    via = RecordStore(plan_log=PlanLog(str(tmp_path / "t5-link"), PIPELINE))
     via.put_commit_record(key.key, 0, "id", {"x": 1})
     assert via.commit_record(key.key, 0, "id") == {"x": 1}
     assert bound_table_id(str(tmp_path / "t5-link")) == str(DeltaTable(t5).metadata().id)

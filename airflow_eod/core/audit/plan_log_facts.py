@@ -10,6 +10,7 @@ from typing import Any
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import EodError, UnsafePathError
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.records.record_files import RecordStore
 from airflow_eod.core.table_layout import META_DIR, path_part
 
 _PLAN = re.compile(r"^(.+?)(?:\.g(\d+))?\.json$")
@@ -39,24 +40,25 @@ def _records(plan_log: PlanLog, table_path: str, table_id: str, out: PlanLogFact
         out.unreadable.append((os.path.relpath(plan_log.root, table_path), str(exc)))
         return
     suffix = f".{table_id}.json"
+    records = RecordStore(plan_log=plan_log)
     try:
-        keys = plan_log.recorded_batches()
+        keys = records.recorded_batches()
     except UnsafePathError as exc:  # the plan log's batches/ is a link leading out
         out.unreadable.append((os.path.relpath(plan_log.root, table_path), str(exc)))
         return
     for key in keys:
         try:
-            folder = plan_log.record_dir(key)
+            folder = records.record_dir(key)
         except UnsafePathError as exc:  # a link leading out of the table
             out.unreadable.append((os.path.relpath(plan_log.root, table_path), str(exc)))
             continue
         names = os.listdir(folder) if os.path.isdir(folder) else []
         gens = [n[1 : -len(suffix)] for n in names if n.startswith("g") and n.endswith(suffix)]
         for gen in sorted(int(g) for g in gens if g.isdigit()):
-            where = os.path.relpath(plan_log.commit_record_path(key, gen, table_id), table_path)
+            where = os.path.relpath(records.commit_record_path(key, gen, table_id), table_path)
             try:
                 batch = BatchKey(plan_log.pipeline_id, key)
-                body = plan_log.commit_record(key, gen, table_id) or {}
+                body = records.commit_record(key, gen, table_id) or {}
             except EodError as exc:
                 out.unreadable.append((where, f"{exc}; every ask of this batch fails until it is fixed"))
                 continue

@@ -14,6 +14,7 @@ from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.store import PlanLog
+from airflow_eod.core.records.record_files import RecordStore
 from airflow_eod.core.table_layout import META_DIR, local_path, under
 
 
@@ -77,7 +78,7 @@ def _known_keys(table_uri: str) -> dict[str, set[str]]:
         idir = under(log.table_path, META_DIR, "pipelines", pipeline, "intervals")
         if os.path.isdir(idir):
             keys |= {n[:-5] for n in os.listdir(idir) if n.endswith(".json") and ".g" not in n}
-        keys |= set(log.recorded_batches())
+        keys |= set(RecordStore(plan_log=log).recorded_batches())
         found[pipeline] = keys
     return found
 

@@ -9,17 +9,20 @@ import os
 from airflow_eod.core import bounded_json
 from airflow_eod.core.delta.log import read_log
 from airflow_eod.core.errors import PlanLogError, UnsupportedTableError
-from airflow_eod.core.storage.atomic_file import put_if_absent
-from airflow_eod.core.table_layout import META_DIR, under
+from airflow_eod.core.storage import storage_at
+from airflow_eod.core.table_layout import META_DIR
 
 _TABLE_ID_FILE = "table.json"
+_KEY = f"{META_DIR}/{_TABLE_ID_FILE}"
 
 
 def bound_table_id(table_path: str) -> str | None:
     """The id of the table the plan log beside ``table_path`` is bound to, if any."""
     path = os.path.join(table_path, META_DIR, _TABLE_ID_FILE)
+    store = storage_at(table_path)
     try:
-        body = bounded_json.read(under(table_path, META_DIR, _TABLE_ID_FILE))
+        store.where(_KEY)  # never through a link out of the table, the last name's included
+        body = bounded_json.loads(store.get(_KEY, limit=bounded_json.MAX_SMALL_FILE))
     except FileNotFoundError:
         return None
     except (ValueError, IsADirectoryError) as exc:  # not JSON, or out of bounds (bounded_json)
@@ -40,11 +43,12 @@ def check_table_identity(table_path: str, table_id: str | None) -> None:
     its older offset batches counted as loaded (lost), and a deleted table would have them
     all. The first commit's table id is written once; a different one is refused.
     """
-    path = under(table_path, META_DIR, _TABLE_ID_FILE)  # never through a link out of the table
+    store = storage_at(table_path)
+    store.where(_KEY)  # never through a link out of the table
     bound = bound_table_id(table_path)
     if bound is None:
         if table_id is not None:
-            put_if_absent(path, json.dumps({"table_id": table_id}))
+            store.put_if_absent(_KEY, json.dumps({"table_id": table_id}).encode())
             check_table_identity(table_path, table_id)  # a racer may have bound another id
         return
     if bound != table_id:

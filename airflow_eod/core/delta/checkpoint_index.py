@@ -14,25 +14,25 @@ checkpoint, it reads it back once, as the ask would, and writes under
 The index is derived, never trusted on its own: ``identity`` is the checkpoint files'
 sizes and modification times, so a checkpoint re-written at the same version (a table
 re-created at the same path) has no index until its own is written; a bucket whose
-checksum does not match makes the reading decode the checkpoint itself. Nothing here is
-fsynced: a file a power cut truncated fails its checksum and is read around. Checkpoints
+checksum does not match makes the reading decode the checkpoint itself. Nothing here needs
+to be durable: a file a power cut truncated fails its checksum and is read around. Checkpoints
 written by other engines have no index and are read as before.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
 from airflow_eod.core import bounded_json
 from airflow_eod.core.errors import UnsafePathError
-from airflow_eod.core.table_layout import META_DIR, under
+from airflow_eod.core.storage import Storage, storage_at
+from airflow_eod.core.table_layout import META_DIR, path_part
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +46,22 @@ class IndexMismatch(Exception):
     """A bucket is missing or does not match its checksum: read the checkpoint instead."""
 
 
-def _identity(files: list[str]) -> str:
+def _identity(store: Storage, files: list[str]) -> str:
     parts = []
     for path in files:
-        st = os.stat(path)
-        parts.append(f"{os.path.basename(path)}:{st.st_size}:{st.st_mtime_ns}")
+        name = os.path.basename(path)
+        head = store.head(f"_delta_log/{name}")
+        if head is None:
+            raise FileNotFoundError(errno.ENOENT, "no checkpoint file", path)
+        parts.append(f"{name}:{head.size}:{head.mtime_ns}")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
-def _index_dir(table_path: str, version: int, files: list[str]) -> str:
-    # Refused (UnsafePathError) when a link in the table leads _eod/checkpoints out of it:
-    # old indexes are removed from there.
-    return under(table_path, META_DIR, _DIR, f"{version:020d}.{_identity(files)}")
+def _index_dir(store: Storage, version: int, files: list[str]) -> str:
+    """The key of the index of the checkpoint ``files`` at ``version``. The storage refuses
+    (UnsafePathError) a link in the table that leads _eod/checkpoints out of it: old indexes
+    are removed from there."""
+    return f"{META_DIR}/{_DIR}/{path_part(f'{version:020d}.{_identity(store, files)}')}"
 
 
 def _bucket_of(app_id: str, buckets: int) -> int:
@@ -68,18 +72,10 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _put(path: str, text: str) -> None:
-    """Write ``text`` at ``path`` whole or not at all (a temporary file, then a link)."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-eod-", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass  # the same checkpoint indexed by a racer: same content, or caught by checksums
-    finally:
-        os.unlink(tmp)
+def _put(store: Storage, key: str, text: str) -> None:
+    """Write ``text`` at ``key`` whole or not at all. Taken already: the same checkpoint
+    indexed by a racer (same content, or caught by the checksums)."""
+    store.put_if_absent(key, text.encode())
 
 
 def write_index(
@@ -91,8 +87,9 @@ def write_index(
     :param state: its ``metaData`` and ``protocol`` actions.
     :param markers: its markers, app id to version.
     """
-    where = _index_dir(table_path, version, files)
-    os.makedirs(where, exist_ok=True)
+    store = storage_at(table_path)
+    where = _index_dir(store, version, files)
+    store.where(where)  # refused before anything is written when a link leads out
     buckets = max(1, -(-len(markers) // _PER_BUCKET))
     split: list[dict[str, int]] = [{} for _ in range(buckets)]
     for app_id, marker in markers.items():
@@ -100,7 +97,7 @@ def write_index(
     checksums = []
     for n, part in enumerate(split):
         text = json.dumps(part, sort_keys=True)
-        _put(os.path.join(where, f"b{n}.json"), text)
+        _put(store, f"{where}/b{n}.json", text)
         checksums.append(_digest(text))
     body = {
         "format": INDEX_FORMAT,
@@ -111,29 +108,28 @@ def write_index(
         "checksums": checksums,
         "markers": len(markers),
     }
-    _put(os.path.join(where, "index.json"), json.dumps(body, sort_keys=True))
-    _drop_old(os.path.dirname(where), os.path.basename(where))
+    _put(store, f"{where}/index.json", json.dumps(body, sort_keys=True))
+    _drop_old(store, where.rsplit("/", 1)[1])
 
 
-def _drop_old(root: str, written: str) -> None:
+def _drop_old(store: Storage, written: str) -> None:
     """Remove indexes older than the newest few (their checkpoints age out of the log too),
     never the one just ``written`` (a table re-created at the same path starts its versions
     again below its predecessor's)."""
-    try:
-        names = sorted(n for n in os.listdir(root) if not n.startswith("."))
-    except FileNotFoundError:
-        return
+    root = f"{META_DIR}/{_DIR}"
+    names = [n for n in store.list(root) if not n.startswith(".")]
     versions = sorted({n.split(".", 1)[0] for n in names})
     keep = set(versions[-_KEPT:])
     for name in names:
         if name.split(".", 1)[0] not in keep and name != written:
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            store.delete_prefix(f"{root}/{name}")
 
 
 class IndexedMarkers:
     """The markers of an indexed checkpoint, one bucket read per app id asked about."""
 
-    def __init__(self, where: str, buckets: int, checksums: list[str]) -> None:
+    def __init__(self, store: Storage, where: str, buckets: int, checksums: list[str]) -> None:
+        self._store = store
         self._where = where
         self._buckets = buckets
         self._checksums = checksums
@@ -143,8 +139,7 @@ class IndexedMarkers:
         n = _bucket_of(app_id, self._buckets)
         if n not in self._loaded:
             try:
-                path = os.path.join(self._where, f"b{n}.json")
-                text = bounded_json.read_bytes(path, bounded_json.MAX_SMALL_FILE)
+                text = self._store.get(f"{self._where}/b{n}.json", limit=bounded_json.MAX_SMALL_FILE)
             except FileNotFoundError as exc:
                 raise IndexMismatch(f"bucket {n} is gone") from exc
             except (OSError, ValueError) as exc:  # a link, a device, too large
@@ -168,9 +163,10 @@ def read_index(
 ) -> tuple[dict[str, Any], IndexedMarkers] | None:
     """The checkpoint's ``metaData``/``protocol`` and its markers, from its index; ``None``
     when it has none (or one that does not fit)."""
+    store = storage_at(table_path)
     try:
-        where = _index_dir(table_path, version, files)
-        body = bounded_json.read(os.path.join(where, "index.json"))
+        where = _index_dir(store, version, files)
+        body = bounded_json.loads(store.get(f"{where}/index.json", limit=bounded_json.MAX_SMALL_FILE))
     except (OSError, ValueError, UnsafePathError):  # ValueError: not JSON, or out of bounds
         return None
     if (
@@ -187,7 +183,7 @@ def read_index(
     ):
         return None
     state = {"metaData": body["metaData"], "protocol": body["protocol"]}
-    return state, IndexedMarkers(where, int(body["buckets"]), list(body["checksums"]))
+    return state, IndexedMarkers(store, where, int(body["buckets"]), list(body["checksums"]))
 
 
 def index_after_checkpoint(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -35,9 +34,9 @@ from airflow_eod.core.delta.log import (
     read_checkpoint_markers,
     read_commit_actions,
 )
+from airflow_eod.core.delta.reading import log_key
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.storage.atomic_file import put_if_absent
-from airflow_eod.core.table_layout import under
+from airflow_eod.core.storage import storage_at
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +156,11 @@ def write_commit(
     actions += [_remove(r, now) for r in removes]
     actions.append({"txn": {"appId": batch.app_id, "version": generation, "lastUpdated": now}})
     target = commit_path(table.path, table.version() + 1)
-    under(table.path, "_delta_log", os.path.basename(target))  # never through a link out
-    return put_if_absent(target, "\n".join(json.dumps(a) for a in actions) + "\n")
+    data = ("\n".join(json.dumps(a) for a in actions) + "\n").encode()
+    # The attempt id, which the manifest in the body carries: a write whose reply was lost is
+    # known for this attempt's by reading it back (never through a link out of the table).
+    attempt = manifest.attempt_id if manifest.attempt_id and manifest.attempt_id.encode() in data else None
+    return storage_at(table.path).put_if_absent(log_key(target), data, attempt=attempt)
 
 
 def checkpoint_due(table: TableLog, committed: int) -> bool:
@@ -182,7 +184,7 @@ def write_checkpoint(table_path: str, version: int, configuration: dict[str, str
         snapshot = DeltaTable(table_path, version=version)
         snapshot.create_checkpoint()
         written = checkpoint_path(table_path, version)
-        if os.path.exists(written):
+        if storage_at(table_path).head(log_key(written)) is not None:
             index_after_checkpoint(table_path, version, [written], read_checkpoint_markers)
         if configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false":
             snapshot.cleanup_metadata()

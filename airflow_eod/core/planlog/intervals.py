@@ -119,7 +119,7 @@ class IntervalIndex:
         token = token or uuid.uuid4().hex[:16]
         for day in _days(span):
             path = os.path.join(self._day_dir(day), _name(span, token))
-            if not os.path.exists(path):
+            if self.plan_log.storage.head(self.plan_log.key_of(path)) is None:
                 self.plan_log.put_entry(path, {"start_us": span[0], "end_us": span[1]})
         return token
 
@@ -127,10 +127,11 @@ class IntervalIndex:
         """Remove this planner's names of ``span`` again (it refused the interval, and
         stored no plan of it)."""
         for day in _days(span):
-            try:
-                os.remove(os.path.join(self._day_dir(day), _name(span, token)))
-            except FileNotFoundError:
-                pass
+            self._remove(os.path.join(self._day_dir(day), _name(span, token)))
+
+    def _remove(self, path: str) -> None:
+        """Remove the name at ``path`` (already gone: fine)."""
+        self.plan_log.storage.delete(self.plan_log.key_of(path))
 
     def drop_orphans(self, span: Span, *, older_than_s: float | None = None) -> bool:
         """Remove the names of ``span`` (every planner's), or only those older than
@@ -144,33 +145,26 @@ class IntervalIndex:
             if other != span:
                 continue
             path = os.path.join(folder, name)
-            try:
-                if older_than_s is not None and now - os.lstat(path).st_mtime < older_than_s:
-                    left = True
-                    continue
-                os.remove(path)
-            except FileNotFoundError:
-                pass
+            head = self.plan_log.storage.head(self.plan_log.key_of(path))
+            if head is None:
+                continue  # removed meanwhile
+            if older_than_s is not None and now - head.mtime < older_than_s:
+                left = True
+                continue
+            self._remove(path)
         return not left
 
     def _listed(self, span: Span) -> Iterator[tuple[str, str, Span | None]]:
         """``(folder, name, the name's interval)`` of every name in the days ``span`` touches."""
         for day in _days(span):
             folder = self._day_dir(day)
-            try:
-                names = os.listdir(folder)
-            except FileNotFoundError:
-                continue
-            for name in names:
+            for name in self.plan_log.storage.list(self.plan_log.key_of(folder)):
                 yield folder, name, _parse(name)
 
     def drop_names(self, paths: list[str]) -> None:
         """Remove names that :meth:`overlapping` gave as ``twins`` (already gone: fine)."""
         for path in paths:
-            try:
-                os.remove(path)
-            except FileNotFoundError:
-                pass
+            self._remove(path)
 
     def overlapping(self, span: Span, *, twins: list[str] | None = None) -> list[Span]:
         """Every other registered interval that overlaps ``span`` (the same interval is not
@@ -191,10 +185,9 @@ class IntervalIndex:
         """Register the interval plans stored before this index existed (once per pipeline:
         a one-time listing of the plans, never repeated once ``complete.json`` is written)."""
         marker = os.path.join(self.root, "complete.json")
-        if os.path.exists(marker):
+        if self.plan_log.storage.head(self.plan_log.key_of(marker)) is not None:
             return
-        folder = os.path.join(self.plan_log.root, "intervals")
-        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        for name in self.plan_log.names("intervals"):
             if not name.endswith(".json") or _GENERATION.search(name):
                 continue
             plan = self.plan_log.get_plan(name[: -len(".json")])

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.planlog.store import Plan, PlanLog, record_name, recorded_generations
 
 INDEX_EVERY = 100
 
@@ -38,7 +38,7 @@ def committed_plan(plan_log: PlanLog, plan: Plan) -> Plan:
     if newest == 0:
         return plan
     table_id = plan_log.bound_table_id()
-    record = plan_log.newest_commit_record(plan.batch_key, table_id) if table_id else None
+    record = _newest_record(plan_log, plan.batch_key, table_id) if table_id else None
     if record is not None:
         return plan_log.get_plan(plan.batch_key, int(record["generation"])) or plan
     inputs: dict[str, dict[str, Any]] = {}
@@ -46,6 +46,15 @@ def committed_plan(plan_log: PlanLog, plan: Plan) -> Plan:
         for entry in (plan_log.get_plan(plan.batch_key, gen) or plan).inputs:
             inputs.setdefault(str(entry.get("path", len(inputs))), entry)
     return replace(plan, inputs=list(inputs.values()))
+
+
+def _newest_record(plan_log: PlanLog, batch_key: str, table_id: str) -> dict[str, Any] | None:
+    """The newest commit record of ``batch_key`` in table ``table_id``, as stored (what
+    :class:`airflow_eod.core.records.record_files.RecordStore` reads, one room up)."""
+    gens = recorded_generations(plan_log.names("batches", batch_key), table_id)
+    if not gens:
+        return None
+    return plan_log.read_entry(plan_log.entry_path("batches", batch_key, record_name(max(gens), table_id)))
 
 
 @dataclass

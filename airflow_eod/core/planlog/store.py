@@ -18,7 +18,7 @@ Layout, under ``<table>/_eod/pipelines/<pipeline_id>/``::
     loaded/<seq>.json            the inputs every offset batch up to <seq> loaded (an index,
                                  see :mod:`airflow_eod.core.planlog.offsets`)
     batches/<batch_key>/g<N>.<table id>.json  the durable commit record of generation N
-                                 (see :mod:`airflow_eod.core.records.store`)
+                                 (kept by :mod:`airflow_eod.core.records.record_files`)
 
 Entries carry a checksum; an entry that does not parse or whose checksum does not match
 (hand edits, truncation) raises :class:`PlanLogError` rather than being used. Every entry is
@@ -37,9 +37,9 @@ from airflow_eod.core import bounded_json
 from airflow_eod.core.batch import BatchKey, fingerprint, validate_pipeline_id
 from airflow_eod.core.delta.binding import bound_table_id, check_table_identity
 from airflow_eod.core.delta.table import open_table
-from airflow_eod.core.errors import PlanLogError, UnsafePathError
-from airflow_eod.core.storage.atomic_file import put_if_absent
-from airflow_eod.core.table_layout import META_DIR, local_path, path_part, under
+from airflow_eod.core.errors import PlanLogError
+from airflow_eod.core.storage import storage_at
+from airflow_eod.core.table_layout import META_DIR, local_path, path_part
 
 PLAN_FORMAT = 1
 INTERVAL = "interval"
@@ -82,12 +82,24 @@ class Plan:
         return fingerprint({"boundary": self.boundary, "inputs": self.inputs})
 
 
-def _is_name(name: str) -> bool:
-    try:
-        path_part(name)
-    except UnsafePathError:
-        return False
-    return True
+def record_name(generation: int, table_id: str) -> str:
+    """The name of the commit record of ``generation`` in table ``table_id`` (in
+    ``batches/<batch key>/``; the records themselves are :mod:`airflow_eod.core.records`'s)."""
+    # The table id is in the name: a table re-created at the same path gets records of
+    # its own instead of finding the old table's in a write-once slot. It is the table's
+    # metaData.id, written by whoever created the table: one safe name, or refused.
+    return f"g{int(generation)}.{path_part(table_id, 'table id (metaData.id)')}.json"
+
+
+def recorded_generations(names: list[str], table_id: str) -> list[int]:
+    """The generations that ``names`` (of a batch's record directory) hold records of in
+    table ``table_id``."""
+    suffix = f".{path_part(table_id, 'table id (metaData.id)')}.json"
+    return [
+        int(n[1 : -len(suffix)])
+        for n in names
+        if n.startswith("g") and n.endswith(suffix) and n[1 : -len(suffix)].isdigit()
+    ]
 
 
 def _now_iso() -> str:
@@ -106,15 +118,33 @@ class PlanLog:
         self.table_path = local_path(table_uri)
         self.root = os.path.join(self.table_path, META_DIR, "pipelines", pipeline_id)
         self._target_checked = False
-        # Directories of the plan log found to be no link, by this (short-lived) instance.
-        self._no_links: set[str] = set()
+        # The table's bytes. Short-lived, as this instance is: the directories it found to be
+        # no link are not looked at again.
+        self.storage = storage_at(self.table_path)
 
     # -- low level ---------------------------------------------------------------
+    def _key(self, *parts: str) -> str:
+        """The storage key of an entry: every part one safe name (batch keys, table ids and
+        names listed here come from the table's files)."""
+        parts = (META_DIR, "pipelines", self.pipeline_id, *parts)
+        return "/".join(path_part(part, "plan-log name") for part in parts)
+
     def _path(self, *parts: str) -> str:
-        """A path in the plan log: every part one safe name (batch keys, table ids and names
-        listed here come from the table's files), and no link leading out of the table."""
-        root = (META_DIR, "pipelines", self.pipeline_id)
-        return under(self.table_path, *root, *parts, what="plan-log name", seen=self._no_links)
+        """A path in the plan log (see :meth:`_key`), refused when a link on the way leads
+        out of the table."""
+        return self.storage.where(self._key(*parts))
+
+    def entry_path(self, *parts: str) -> str:
+        """The path of the entry ``parts`` (names below the plan log's root)."""
+        return self._path(*parts)
+
+    def names(self, *parts: str) -> list[str]:
+        """The names in the plan-log directory ``parts``, sorted (none when it is missing)."""
+        return self.storage.list(self._key(*parts))
+
+    def key_of(self, path: str) -> str:
+        """The storage key of ``path`` (a path in this table, from :meth:`_path`)."""
+        return os.path.relpath(path, self.table_path).replace(os.sep, "/")
 
     def _check_target(self) -> None:
         """Refuse to write beside a directory that is neither a Delta table nor empty: a
@@ -130,7 +160,12 @@ class PlanLog:
         self._check_target()
         payload = dict(body, format=PLAN_FORMAT)
         payload["checksum"] = fingerprint(payload)
-        return put_if_absent(path, json.dumps(payload, sort_keys=True))
+        return self.storage.put_if_absent(self.key_of(path), json.dumps(payload, sort_keys=True).encode())
+
+    def write_entry(self, path: str, body: dict[str, Any]) -> bool:
+        """Write the checksummed entry ``body`` at ``path`` (from :meth:`entry_path`, which
+        refused links leading out) unless one is there; True if this call wrote it."""
+        return self._put_if_absent(path, body)
 
     def put_entry(self, path: str, body: dict[str, Any]) -> bool:
         """Write the checksummed entry ``body`` at ``path`` (under this log) unless one is there."""
@@ -140,9 +175,13 @@ class PlanLog:
             raise PlanLogError(f"plan-log entry {path} is outside the plan log {self.root}")
         return self._put_if_absent(path, body)
 
+    def read_entry(self, path: str) -> dict[str, Any] | None:
+        """The checksummed entry at ``path`` (from :meth:`entry_path`), or ``None``."""
+        return self._read(path)
+
     def _read(self, path: str) -> dict[str, Any] | None:
         try:
-            text = bounded_json.read_bytes(path, bounded_json.MAX_PLAN_LOG_ENTRY)
+            text = self.storage.get(self.key_of(path), limit=bounded_json.MAX_PLAN_LOG_ENTRY)
         except FileNotFoundError:
             return None
         except (bounded_json.JsonBoundError, IsADirectoryError) as exc:  # too large, a link, a device
@@ -251,7 +290,7 @@ class PlanLog:
         indexed = self._newest_index_seq()
 
         def planned(seq: int) -> bool:
-            return os.path.exists(self._plan_path(OFFSETS, "", seq))
+            return self.storage.head(self.key_of(self._plan_path(OFFSETS, "", seq))) is not None
 
         low = -1 if indexed is None else indexed  # planned (or -1)
         step, high = 1, low + 1
@@ -272,10 +311,7 @@ class PlanLog:
 
     # -- the loaded index (offset batches) ----------------------------------------
     def _newest_index_seq(self) -> int | None:
-        try:
-            names = os.listdir(self._path("loaded"))
-        except FileNotFoundError:
-            return None
+        names = self.names("loaded")
         seqs = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
         return max(seqs) if seqs else None
 
@@ -396,57 +432,10 @@ class PlanLog:
         assert claim is not None
         return claim
 
-    # -- durable commit records --------------------------------------------------
-    def record_dir(self, batch_key: str) -> str:
-        return self._path("batches", batch_key)
-
-    @staticmethod
-    def _record_name(generation: int, table_id: str) -> str:
-        # The table id is in the name: a table re-created at the same path gets records of
-        # its own instead of finding the old table's in a write-once slot. It is the table's
-        # metaData.id, written by whoever created the table: one safe name, or refused.
-        return f"g{int(generation)}.{path_part(table_id, 'table id (metaData.id)')}.json"
-
-    def put_commit_record(self, batch_key: str, generation: int, table_id: str, body: dict[str, Any]) -> None:
-        """Store the commit record of ``batch_key`` at ``generation`` in table ``table_id``
-        (first writer wins: every writer describes the same commit)."""
-        self._put_if_absent(self.commit_record_path(batch_key, generation, table_id), body)
-
-    def newest_commit_record(self, batch_key: str, table_id: str) -> dict[str, Any] | None:
-        """The commit record of the newest generation recorded for ``batch_key`` in table
-        ``table_id``, or ``None``."""
-        suffix = f".{path_part(table_id, 'table id (metaData.id)')}.json"
-        try:
-            names = os.listdir(self.record_dir(batch_key))
-        except FileNotFoundError:
-            return None
-        gens = [
-            int(n[1 : -len(suffix)])
-            for n in names
-            if n.startswith("g") and n.endswith(suffix) and n[1 : -len(suffix)].isdigit()
-        ]
-        return self.commit_record(batch_key, max(gens), table_id) if gens else None
-
-    def commit_record_path(self, batch_key: str, generation: int, table_id: str) -> str:
-        return self._path("batches", batch_key, self._record_name(generation, table_id))
-
-    def commit_record(self, batch_key: str, generation: int, table_id: str) -> dict[str, Any] | None:
-        """The commit record of ``batch_key`` at ``generation`` in table ``table_id``, or ``None``."""
-        return self._read(self.commit_record_path(batch_key, generation, table_id))
-
-    def recorded_batches(self) -> list[str]:
-        """Every batch key with a commit record (for status reports, not for the ask). A name
-        airflow-eod never writes there (another writer's) is no batch key, and is passed over."""
-        try:
-            names = os.listdir(self._path("batches"))
-        except FileNotFoundError:
-            return []
-        return sorted(n for n in names if _is_name(n))
-
     def boundary_kinds(self) -> set[str]:
         """Which kinds of plans (``interval``, ``offsets``) this pipeline has stored."""
-        return {
-            k
-            for k in (INTERVAL, OFFSETS)
-            if os.path.isdir(self._path("intervals" if k == INTERVAL else "offsets"))
-        }
+        kinds = {INTERVAL: "intervals", OFFSETS: "offsets"}
+        # Whether the folder is there, not what it holds: it grows with the pipeline's history,
+        # and planning lists no folder of it (the cost tests pin that). A store without
+        # folders will answer with a listing of one name.
+        return {k for k, folder in kinds.items() if os.path.isdir(self._path(folder))}

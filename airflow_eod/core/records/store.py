@@ -20,7 +20,6 @@ be older than the record. A record the table contradicts is corrupt, and reporte
 from __future__ import annotations
 
 import logging
-import os
 import re
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -29,6 +28,7 @@ from urllib.parse import unquote
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.delta.commit_writer import uri_path
+from airflow_eod.core.delta.commits import commit_exists
 from airflow_eod.core.delta.log import (
     TableLog,
     checkpoint_holds,
@@ -39,6 +39,7 @@ from airflow_eod.core.delta.log import (
 from airflow_eod.core.errors import CorruptRecordError, CorruptTableError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.store import PlanLog
+from airflow_eod.core.records.record_files import RecordStore
 from airflow_eod.core.table_layout import batch_dir
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,8 @@ def write_record(plan_log: PlanLog, record: CommitRecord) -> None:
     body = asdict(record)
     if not body["committed_at"]:
         body["committed_at"] = datetime.now(UTC).isoformat()
-    plan_log.put_commit_record(record.batch_key, record.generation, record.table_id, body)
+    records = RecordStore(plan_log=plan_log)
+    records.put_commit_record(record.batch_key, record.generation, record.table_id, body)
 
 
 def judge(plan_log: PlanLog, table: TableLog, batch: BatchKey, record: CommitRecord) -> CommitRecord:
@@ -134,7 +136,7 @@ def judge(plan_log: PlanLog, table: TableLog, batch: BatchKey, record: CommitRec
 
     Reads one commit file at most: the record's own commit, while the log holds it.
     """
-    where = plan_log.commit_record_path(batch.key, record.generation, record.table_id)
+    where = RecordStore(plan_log=plan_log).commit_record_path(batch.key, record.generation, record.table_id)
     # A commit file at or below the checkpoint the reading started from is not the table's
     # word: the table is that checkpoint, and a stale writer may have put a commit of its own
     # into the hole a log cleanup left there. The checkpoint's marker judges those.
@@ -180,14 +182,14 @@ def _set_back(table: TableLog, batch: BatchKey, record: CommitRecord, marker: in
 def newest_record(plan_log: PlanLog, table: TableLog, batch: BatchKey) -> CommitRecord | None:
     """The newest record of ``batch`` that fits ``table``, or ``None``."""
     table_id = str(table.metadata().id)
-    body = plan_log.newest_commit_record(batch.key, table_id)
+    body = RecordStore(plan_log=plan_log).newest_commit_record(batch.key, table_id)
     if body is None:
         return None
     gen = body.get("generation") if isinstance(body, dict) else None
     where = (
-        plan_log.commit_record_path(batch.key, gen, table_id)
+        RecordStore(plan_log=plan_log).commit_record_path(batch.key, gen, table_id)
         if type(gen) is int and gen >= 0
-        else f"the newest commit record in {plan_log.record_dir(batch.key)}"
+        else f"the newest commit record in {RecordStore(plan_log=plan_log).record_dir(batch.key)}"
     )
     record = _from_body(plan_log, where, body)
     if not record.fits(table):
@@ -208,10 +210,11 @@ def newest_record(plan_log: PlanLog, table: TableLog, batch: BatchKey) -> Commit
 def record_at(plan_log: PlanLog, table: TableLog, batch: BatchKey, generation: int) -> CommitRecord | None:
     """The record of ``batch`` at exactly ``generation`` that fits ``table``, or ``None``."""
     table_id = str(table.metadata().id)
-    body = plan_log.commit_record(batch.key, generation, table_id)
+    body = RecordStore(plan_log=plan_log).commit_record(batch.key, generation, table_id)
     if body is None:
         return None
-    record = _from_body(plan_log, plan_log.commit_record_path(batch.key, generation, table_id), body)
+    where = RecordStore(plan_log=plan_log).commit_record_path(batch.key, generation, table_id)
+    record = _from_body(plan_log, where, body)
     if not record.fits(table):
         return None
     return judge(plan_log, table, batch, record)
@@ -245,7 +248,7 @@ def foreign_marker(table: TableLog, batch: BatchKey, generation: int) -> tuple[i
     known = table.marker_commit(batch.app_id)
     newest_first = range(table.version(), -1, -1) if known is None else [known]
     for version in newest_first:
-        if not os.path.exists(commit_path(table.path, version)):
+        if not commit_exists(table.path, version):
             break  # older commits have aged out too
         actions = read_commit_actions(table.path, version, {"txn", "commitInfo"}) or []
         if not any(
@@ -305,7 +308,7 @@ def find_commit(table: TableLog, batch: BatchKey, generation: int) -> tuple[int,
     candidates = [known] if known is not None else []
     candidates += [v for v in range(table.version(), -1, -1) if v != known]
     for version in candidates:
-        if not os.path.exists(commit_path(table.path, version)):
+        if not commit_exists(table.path, version):
             break  # older commits have aged out too
         manifest = _landed(table, batch, generation, version)
         if manifest is None:

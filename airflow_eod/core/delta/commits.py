@@ -1,0 +1,83 @@
+"""The commit files of a Delta log: where each lives, and its actions, read bounded."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from airflow_eod.core import bounded_json
+from airflow_eod.core.delta.reading import LOG_DIR
+from airflow_eod.core.errors import CorruptTableError
+from airflow_eod.core.storage import storage_at
+
+_ACTION_BYTES = re.compile(rb'^\s*\{\s*"(\w+)"')
+
+
+COMMIT_NAME = re.compile(r"^(\d{20})\.json$")
+
+
+# Commits up to this size are read whole (and skipped at once when they hold no wanted
+# action); larger ones line by line, each line bounded.
+_WHOLE_COMMIT = 16 << 20
+
+
+def commit_path(table_path: str, version: int) -> str:
+    return os.path.join(table_path, LOG_DIR, f"{version:020d}.json")
+
+
+def commit_exists(table_path: str, version: int) -> bool:
+    """Whether commit ``version`` is in the log (not yet written, or aged out, otherwise)."""
+    return storage_at(table_path).head(f"{LOG_DIR}/{version:020d}.json") is not None
+
+
+def read_commit_actions(table_path: str, version: int, wanted: set[str]) -> list[dict[str, Any]] | None:
+    """The actions named in ``wanted`` of commit ``version`` (others are not parsed), or
+    ``None`` when the commit file is gone.
+
+    :raises CorruptTableError: when the commit is not a regular file, has a line longer than
+        :data:`~airflow_eod.core.bounded_json.MAX_ACTION_LINE`, or a wanted action that is
+        not a bounded JSON object.
+    """
+    path = commit_path(table_path, version)
+    store, key = storage_at(table_path), f"{LOG_DIR}/{version:020d}.json"
+    head = store.head(key)
+    if head is None:
+        return None
+    try:
+        if head.size <= _WHOLE_COMMIT:
+            data = store.get(key, limit=_WHOLE_COMMIT)
+            fh = None
+        else:
+            # Too large to hold whole: read line by line, each line bounded.
+            fh = bounded_json.open_regular(path)
+    except FileNotFoundError:
+        return None  # removed since it was seen (a log cleanup)
+    except bounded_json.JsonBoundError as exc:
+        raise CorruptTableError(table_path, path, str(exc)) from None
+    if fh is None:
+        # Most commits of a loaded table are a batch's adds and its marker: only lines that
+        # can hold a wanted action are split out and matched (bytes: no decoding).
+        if not any(b'"' + name.encode() + b'"' in data for name in wanted):
+            return []
+        return _wanted_actions(table_path, path, data.splitlines(), wanted)
+    with fh:
+        return _wanted_actions(table_path, path, bounded_json.json_lines(fh), wanted)
+
+
+def _wanted_actions(
+    table_path: str, path: str, lines: Iterable[bytes], wanted: set[str]
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    try:
+        for raw in lines:
+            m = _ACTION_BYTES.match(raw)
+            if m is not None and m.group(1).decode() in wanted:
+                action, name = bounded_json.loads(raw), m.group(1).decode()
+                if not isinstance(action, dict) or not isinstance(action.get(name), dict):
+                    raise bounded_json.JsonBoundError(f"has a {name} action that is not an object")
+                out.append(action)
+    except ValueError as exc:  # JsonBoundError, or a line that is not JSON
+        raise CorruptTableError(table_path, path, f"is not a Delta commit ({exc})") from None
+    return out

@@ -1,0 +1,138 @@
+"""The storage seam: every byte airflow-eod reads or writes beside Spark goes through it.
+
+The Delta log airflow-eod reads and appends to, ``_last_checkpoint``, the checkpoint index,
+the plan log and its claims, commit records, submit specs and the staged files of
+attempts that never committed all live in one place per table. :class:`Storage` is the
+one small interface to that place; :class:`~airflow_eod.core.storage.local.LocalStorage`
+(a local or shared POSIX filesystem) is its first backend, and the only module of
+airflow-eod that knows about links, renames and fsync for these bytes.
+
+Keys are ``/``-separated names relative to the backend's root (the table), such as
+``_delta_log/00000000000000000042.json``; a key never starts with ``/`` and holds no
+``.`` or ``..`` segment. A "directory" is only a key prefix: :meth:`Storage.list` names what
+lies directly under one, as an object store's delimiter listing does.
+
+Put-if-absent is the primitive the protocol rests on (a Delta commit, a frozen plan, a
+claim: of two writers exactly one wins). A writer must be able to tell "I wrote it" from
+"someone else did" even when the outcome of its write is unknown (a timeout after the
+write landed, a retried request that then finds the key taken). So a writer that cares
+passes ``attempt``, an id its body carries; when the key is taken, the backend reads the
+object back and reports this attempt's write when the stored bytes are the bytes it meant
+to write (they carry the attempt id, so no other attempt wrote them).
+
+The object-store backends of the next issue implement the same six calls:
+
+- S3: ``PutObject`` with ``If-None-Match: *`` (412 when taken); ``put`` is a plain
+  ``PutObject`` (atomic for readers); ``list`` is ``ListObjectsV2`` with ``Delimiter="/"``.
+- Azure Blob: ``Put Blob`` with ``If-None-Match: *`` (409 when taken).
+- GCS: an upload with ``ifGenerationMatch=0`` (412 when taken).
+
+On an unknown outcome (a timeout, a 5xx after the request may have landed), each reads the
+object back and compares, as :meth:`Storage.put_if_absent` says; the contract suite in
+``tests/core/test_storage_contract.py`` runs unchanged against every backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class NotFound(FileNotFoundError):
+    """No object at the key (a ``FileNotFoundError``: callers that treated a missing file as
+    "nothing there" treat a missing object the same way)."""
+
+
+class BoundError(ValueError):
+    """An object a reader refuses to read: larger than the reader's limit, or not a plain
+    object (a symbolic link, a device, a FIFO, a directory)."""
+
+
+@dataclass(frozen=True)
+class Head:
+    """What is known of an object without reading it.
+
+    :param size: bytes.
+    :param mtime_ns: when it was last written, nanoseconds since the epoch.
+    :param tag: what tells this version of the object from another written at the same key
+        later (inode and modification time locally; an ETag or generation in a store).
+    """
+
+    size: int
+    mtime_ns: int
+    tag: str
+
+    @property
+    def mtime(self) -> float:
+        """When it was last written, seconds since the epoch."""
+        return self.mtime_ns / 1e9
+
+
+class Storage(Protocol):
+    """The bytes of one table: its Delta log and everything airflow-eod keeps beside it."""
+
+    def where(self, key: str) -> str:
+        """The full location of ``key`` (a path, a URL), for messages and for engines that
+        read the object themselves."""
+        ...
+
+    def get(self, key: str, *, limit: int | None = None) -> bytes:
+        """The bytes of the object at ``key``.
+
+        :param limit: read no more than this many bytes (+1): :class:`BoundError` when the
+            object holds more.
+        :raises NotFound: when there is no object at ``key``.
+        :raises BoundError: when it is larger than ``limit`` or not a plain object.
+        """
+        ...
+
+    def head(self, key: str) -> Head | None:
+        """Size, time and tag of the object at ``key``; ``None`` when there is none."""
+        ...
+
+    def list(self, prefix: str) -> list[str]:
+        """The names directly under the directory ``prefix`` (objects and deeper prefixes
+        alike, without the prefix), sorted; empty when nothing is there. Names under
+        another prefix that merely starts the same way (``a`` and ``ab``) are not listed."""
+        ...
+
+    def put_if_absent(self, key: str, data: bytes, *, attempt: str | None = None) -> bool:
+        """Write ``data`` at ``key`` unless an object is there, and whole or not at all.
+
+        :param attempt: the id of the writing attempt, which ``data`` carries. When given
+            and the key is taken (or the outcome of the write is unknown), the object is
+            read back: the attempt's own write (``data`` exactly) counts as written.
+        :returns: ``True`` when the object at ``key`` is this write (this attempt's),
+            ``False`` when someone else's is there.
+        :raises ValueError: when ``attempt`` is given and ``data`` does not carry it.
+        """
+        ...
+
+    def put(self, key: str, data: bytes, *, private: bool = False) -> None:
+        """Write ``data`` at ``key``, replacing what is there; a reader sees the old bytes
+        or the new ones, never a mix.
+
+        :param private: readable by this user only, where the backend knows users.
+        """
+        ...
+
+    def delete(self, key: str) -> bool:
+        """Remove the object at ``key`` (a link locally: never what it leads to).
+
+        :returns: ``False`` when there was nothing to remove (deleting twice is no error).
+        """
+        ...
+
+    def delete_prefix(self, prefix: str) -> bool:
+        """Remove everything under the directory ``prefix`` (a link there: only the link).
+
+        :returns: ``False`` when there was nothing to remove.
+        """
+        ...
+
+
+def check_attempt(data: bytes, attempt: str | None) -> None:
+    """:class:`ValueError` unless ``data`` carries ``attempt`` (when one is given): a
+    read-back can only tell this attempt's write from another's if the bytes differ."""
+    if attempt is not None and (not attempt or attempt.encode() not in data):
+        raise ValueError(f"the body does not carry the attempt id {attempt!r}")

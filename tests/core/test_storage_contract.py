@@ -1,0 +1,227 @@
+"""The contract of the storage seam (:mod:`airflow_eod.core.storage.base`), run against every
+backend: the local filesystem today, the object stores of the next issue unchanged."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from airflow_eod.core.errors import UnsafePathError
+from airflow_eod.core.storage import LocalStorage, NotFound, Storage
+from airflow_eod.core.storage import local as local_backend
+
+BACKENDS: dict[str, Callable[[Any], Storage]] = {
+    "local": lambda tmp_path: LocalStorage(root=str(tmp_path / "root")),
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Storage]:
+    yield BACKENDS[request.param](tmp_path)
+
+
+def test_put_if_absent_twice_the_second_loses_and_says_so(store: Storage) -> None:
+    assert store.put_if_absent("log/00.json", b"first") is True
+    assert store.put_if_absent("log/00.json", b"second") is False
+    assert store.get("log/00.json") == b"first"
+    # The same bytes again, without an attempt id, are no proof of authorship either.
+    assert store.put_if_absent("log/00.json", b"first") is False
+
+
+def test_racing_put_if_absent_exactly_one_wins(store: Storage) -> None:
+    writers = 8
+    barrier = threading.Barrier(writers)
+    won: list[int] = []
+
+    def race(n: int) -> None:
+        barrier.wait()
+        if store.put_if_absent("race/commit.json", f"writer {n}".encode(), attempt=f"writer {n}"):
+            won.append(n)
+
+    threads = [threading.Thread(target=race, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1, won
+    assert store.get("race/commit.json") == f"writer {won[0]}".encode()
+
+
+def test_an_unknown_outcome_is_settled_by_reading_back_the_attempt_id(store: Storage) -> None:
+    """The write landed but its reply was lost: the attempt tries again. The same attempt
+    learns it wrote the object; another attempt learns someone else did."""
+    body = b'{"attempt": "a-1", "rows": 3}'
+    assert store.put_if_absent("log/07.json", body, attempt="a-1") is True
+    # (reply lost) the retry of the same attempt:
+    assert store.put_if_absent("log/07.json", body, attempt="a-1") is True
+    assert store.put_if_absent("log/07.json", b'{"attempt": "a-2", "rows": 3}', attempt="a-2") is False
+    # An attempt whose body differs although the id is the same never claims another's bytes.
+    assert store.put_if_absent("log/07.json", b'{"attempt": "a-1", "rows": 4}', attempt="a-1") is False
+    assert store.get("log/07.json") == body
+
+
+def test_an_attempt_id_the_body_does_not_carry_is_refused(store: Storage) -> None:
+    with pytest.raises(ValueError, match="attempt id"):
+        store.put_if_absent("log/08.json", b"{}", attempt="a-1")
+    assert store.head("log/08.json") is None
+
+
+def test_put_overwrites_and_readers_see_old_or_new_whole(store: Storage) -> None:
+    old, new = b"o" * 200_000, b"n" * 300_000
+    store.put("state/last.json", old)
+    seen: set[bytes] = set()
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            seen.add(store.get("state/last.json"))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for _ in range(20):
+        store.put("state/last.json", new)
+        store.put("state/last.json", old)
+    stop.set()
+    reader.join()
+    assert seen <= {old, new}, {len(s) for s in seen}
+    store.put("state/last.json", new)
+    assert store.get("state/last.json") == new
+    head = store.head("state/last.json")
+    assert head is not None and head.size == len(new)
+
+
+def test_list_is_sorted_and_keeps_to_its_prefix(store: Storage) -> None:
+    for key in ("a/2.json", "a/10.json", "a/1.json", "a/sub/x.json", "ab/1.json", "b.json"):
+        assert store.put_if_absent(key, key.encode())
+    assert store.list("a") == ["1.json", "10.json", "2.json", "sub"]
+    assert store.list("a/") == ["1.json", "10.json", "2.json", "sub"]
+    assert store.list("a/sub") == ["x.json"]
+    assert store.list("nothing/here") == []
+
+
+def test_head_and_get_of_a_missing_object(store: Storage) -> None:
+    assert store.head("no/such.json") is None
+    with pytest.raises(NotFound):
+        store.get("no/such.json")
+    with pytest.raises(FileNotFoundError):  # NotFound is one
+        store.get("missing.json")
+
+
+def test_get_with_a_limit_reads_no_more(store: Storage) -> None:
+    store.put("big.json", b"x" * 100)
+    assert store.get("big.json", limit=100) == b"x" * 100
+    with pytest.raises(ValueError, match="larger than 99 bytes"):
+        store.get("big.json", limit=99)
+
+
+def test_delete_is_idempotent(store: Storage) -> None:
+    store.put("specs/s.json", b"{}")
+    assert store.delete("specs/s.json") is True
+    assert store.delete("specs/s.json") is False
+    assert store.head("specs/s.json") is None
+    assert store.delete("never/was.json") is False
+
+
+def test_delete_prefix_removes_everything_below_and_nothing_beside(store: Storage) -> None:
+    for key in ("d/g0-a/part-1.parquet", "d/g0-a/x/part-2.parquet", "d/g0-ab/part-1.parquet"):
+        store.put(key, b"p")
+    assert store.delete_prefix("d/g0-a") is True
+    assert store.list("d") == ["g0-ab"]
+    assert store.delete_prefix("d/g0-a") is False
+
+
+@pytest.mark.parametrize(
+    "name", ["with space.json", "n\u00e4me-\u65e5\u672c.json", "100%25 done%.json", "a+b=c&d.json"]
+)
+def test_names_with_odd_characters(store: Storage, name: str) -> None:
+    key = f"odd/{name}"
+    assert store.put_if_absent(key, name.encode()) is True
+    assert store.get(key) == name.encode()
+    assert store.list("odd") == [name]
+    head = store.head(key)
+    assert head is not None and head.size == len(name.encode())
+    assert store.delete(key) is True
+
+
+@pytest.mark.parametrize("key", ["../x.json", "/etc/passwd", "a/../../x.json", "a//b.json", "a/./b.json"])
+def test_keys_that_could_climb_are_refused(store: Storage, key: str) -> None:
+    with pytest.raises(UnsafePathError):
+        store.put_if_absent(key, b"x")
+
+
+# -- the local backend's own cases ----------------------------------------------------------
+def test_local_refuses_a_path_escaping_its_root_through_a_link(tmp_path: Any) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret.json").write_bytes(b"theirs")
+    os.symlink(outside, root / "_eod")
+    store = LocalStorage(root=str(root))
+    for call in (
+        lambda: store.get("_eod/secret.json"),
+        lambda: store.head("_eod/secret.json"),
+        lambda: store.list("_eod"),
+        lambda: store.put_if_absent("_eod/new.json", b"x"),
+        lambda: store.put("_eod/secret.json", b"x", private=True),
+        lambda: store.delete("_eod/secret.json"),
+        lambda: store.delete_prefix("_eod/sub"),
+    ):
+        with pytest.raises(UnsafePathError, match="outside"):
+            call()
+    assert sorted(os.listdir(outside)) == ["secret.json"]
+    assert (outside / "secret.json").read_bytes() == b"theirs"
+
+
+def test_local_reads_no_link_at_the_last_name_and_removes_only_the_link(tmp_path: Any) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "d").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "f.json").write_bytes(b"theirs")
+    os.symlink(outside / "f.json", root / "d" / "f.json")
+    os.symlink(outside, root / "d" / "tree")
+    store = LocalStorage(root=str(root))
+    with pytest.raises(ValueError, match="symbolic link"):
+        store.get("d/f.json")
+    assert store.delete("d/f.json") is False  # a link is no object this backend wrote
+    assert store.delete_prefix("d/tree") is True  # the link goes, its target stays
+    assert store.list("d") == ["f.json"]
+    assert (outside / "f.json").read_bytes() == b"theirs"
+
+
+def test_local_unknown_outcome_after_the_link_landed(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared filesystem made the link and lost the reply (ETIMEDOUT): the attempt whose
+    bytes are there wrote it; without an attempt id the error stands."""
+    store = LocalStorage(root=str(tmp_path))
+    real_link = os.link
+
+    def link_then_lose_the_reply(src: str, dst: str) -> None:
+        real_link(src, dst)
+        raise OSError(errno.ETIMEDOUT, "reply lost")
+
+    monkeypatch.setattr(local_backend.os, "link", link_then_lose_the_reply)
+    assert store.put_if_absent("c/1.json", b"attempt a-1", attempt="a-1") is True
+    with pytest.raises(OSError, match="reply lost"):
+        store.put_if_absent("c/2.json", b"attempt a-2")
+    monkeypatch.setattr(local_backend.os, "link", real_link)
+    assert store.put_if_absent("c/1.json", b"attempt a-3", attempt="a-3") is False
+    assert not [n for n in os.listdir(tmp_path / "c") if n.startswith(".tmp-eod-")]
+
+
+def test_local_put_private_is_0600_and_never_writes_through_a_planted_link(tmp_path: Any) -> None:
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(b"theirs")
+    (tmp_path / "root").mkdir()
+    os.symlink(outside, tmp_path / "root" / "planted.json")
+    store = LocalStorage(root=str(tmp_path / "root"))
+    with pytest.raises(UnsafePathError, match="outside"):
+        store.put("planted.json", b"mine", private=True)
+    assert outside.read_bytes() == b"theirs"
+    store.put("spec.json", b"mine", private=True)
+    path = tmp_path / "root" / "spec.json"
+    assert path.read_bytes() == b"mine"
+    assert (os.stat(path).st_mode & 0o777) == 0o600
