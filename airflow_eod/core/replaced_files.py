@@ -36,7 +36,7 @@ def _partition_string(value: object) -> str | None:
 def live_files(table: DeltaTable) -> list[dict[str, Any]]:
     """The snapshot's add actions, with ``path`` decoded to the file's path on disk and
     ``log_path`` the path exactly as the log's ``add`` spells it."""
-    adds = pa.table(table.get_add_actions(flatten=False)).to_pylist()
+    adds: list[dict[str, Any]] = pa.table(table.get_add_actions(flatten=False)).to_pylist()
     for a in adds:
         a["log_path"] = a["path"]
         a["path"] = unquote(a["path"])

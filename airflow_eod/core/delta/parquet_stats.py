@@ -122,4 +122,5 @@ def _inside_list_or_map(arrow_schema: Any, parts: list[str]) -> bool:
             field_type = field_type.field(part).type
         else:
             return True
-    return pa.types.is_list(field_type) or pa.types.is_map(field_type) or pa.types.is_large_list(field_type)
+    nested = pa.types.is_list(field_type) or pa.types.is_map(field_type) or pa.types.is_large_list(field_type)
+    return bool(nested)

@@ -189,7 +189,7 @@ class PlanLog:
                 f"plan-log entry {path} is corrupt ({exc}); see the runbook, 'a corrupt plan-log entry'"
             ) from None
         try:
-            payload = bounded_json.loads(text)
+            payload: dict[str, Any] = bounded_json.loads(text)
             checksum = payload.pop("checksum")
         except (ValueError, KeyError, AttributeError, TypeError) as exc:
             raise PlanLogError(
