@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,9 @@ INDEX_FORMAT = 1
 _DIR = "checkpoints"
 _PER_BUCKET = 256  # markers per bucket, about 20 KB of JSON
 _KEPT = 3  # newest indexes kept: a reading may still be on the one before the newest
+# The name of an index's folder (see _index_dir): nothing else under _eod/checkpoints is one,
+# and nothing else is removed from there (a link inside the table may lead it elsewhere).
+_INDEX_NAME = re.compile(r"^\d{20}\.[0-9a-f]{16}$")
 
 
 class IndexMismatch(Exception):
@@ -117,7 +121,7 @@ def _drop_old(store: Storage, written: str) -> None:
     never the one just ``written`` (a table re-created at the same path starts its versions
     again below its predecessor's)."""
     root = f"{META_DIR}/{_DIR}"
-    names = [n for n in store.list(root) if not n.startswith(".")]
+    names = [n for n in store.list(root) if _INDEX_NAME.match(n)]
     versions = sorted({n.split(".", 1)[0] for n in names})
     keep = set(versions[-_KEPT:])
     for name in names:
