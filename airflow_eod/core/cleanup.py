@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 def remove_uncommitted_attempts(
-    table_uri: str, status: BatchStatus, *, try_number: int | None = None
+    table_uri: str, status: BatchStatus
 ) -> list[str]:
     """Delete the directories of attempts at the committed generation that did not commit.
 
@@ -62,7 +62,7 @@ def remove_uncommitted_attempts(
             continue
         # rmtree does not follow links below it either (and refuses a link at its top).
         shutil.rmtree(entry.path, ignore_errors=True)
-        fault_point("in_cleanup", try_number=try_number)
+        fault_point("in_cleanup")
         removed.append(f"{rel}/{entry.name}")
     if removed:
         log.info("batch %s: removed %d uncommitted attempt dir(s)", status.batch, len(removed))

@@ -27,6 +27,8 @@ import signal
 import threading
 import time
 
+from airflow_eod.core.attempt import current_try
+
 ENV_VAR = "EOD_FAULTPOINTS"
 # The second switch: without it ENV_VAR is ignored (production workers never set it).
 TESTING_SWITCH = "EOD_FAULTPOINTS_TESTING"
@@ -94,8 +96,10 @@ def _armed(point: str) -> list[tuple[str, int | None, int | None, str]]:
     return found
 
 
-def fault_point(point: str, *, try_number: int | None = None) -> None:
-    """Fire the fault armed for ``point``, if any, for this try."""
+def fault_point(point: str) -> None:
+    """Fire the fault armed for ``point``, if any, for the try in progress
+    (:func:`airflow_eod.core.attempt.current_try`)."""
+    try_number = current_try()
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}")
     for action, only_try, nth, item in _armed(point):

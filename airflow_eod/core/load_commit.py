@@ -99,7 +99,6 @@ def _create_table(
     manifest: Manifest,
     config: Mapping[str, str],
     adds: list[AddAction],
-    try_number: int | None,
 ) -> bool:
     """Create the table with the batch as its first commit; ``False`` if another writer
     created it first (the caller asks again)."""
@@ -110,7 +109,7 @@ def _create_table(
         # marker included, without any check: the batch would land twice.
         max_commit_retries=0,
     )
-    fault_point("before_commit", try_number=try_number)
+    fault_point("before_commit")
     try:
         create_table_with_add_actions(
             path,
@@ -142,7 +141,6 @@ def commit_batch(
     manifest: Manifest,
     *,
     table_configuration: Mapping[str, str] | None = None,
-    try_number: int | None = None,
     replace_previous: bool = False,
     schema_policy: str = table_compat.SCHEMA_FAIL,
 ) -> tuple[bool, BatchStatus]:
@@ -176,7 +174,7 @@ def commit_batch(
             return False, status
         try:
             if table is None:
-                if not _create_table(path, batch, generation, staged, manifest, config, adds, try_number):
+                if not _create_table(path, batch, generation, staged, manifest, config, adds):
                     log.info("batch %s: another attempt created the table first; asking again", batch)
                     continue
                 version, checkpoint = 0, False
@@ -196,7 +194,7 @@ def commit_batch(
                             "a restatement cannot add columns in the same commit; add them with a "
                             "normal load first, or alter the table",
                         )
-                fault_point("before_commit", try_number=try_number)
+                fault_point("before_commit")
                 if not write_commit(table, batch, generation, manifest, adds, removes, schema_json=widened):
                     log.info(
                         "batch %s: commit lost a race for version %d; asking again",
@@ -224,7 +222,7 @@ def commit_batch(
         table_id = str(table.metadata().id) if table is not None else _created_id(path)
         # Our commit is exactly the version after the snapshot's; the record makes the
         # batch answerable after its marker expires.
-        fault_point("before_record", try_number=try_number)
+        fault_point("before_record")
         _record_commit(path, table_id, batch, generation, version, manifest, staged)
         if checkpoint:
             assert table is not None

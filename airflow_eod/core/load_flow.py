@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from airflow_eod.core.ask import BatchStatus, ask
+from airflow_eod.core.attempt import attempt
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
 from airflow_eod.core.faults import fault_point
@@ -48,7 +49,8 @@ class LoadRequest:
     :param interval: the run's data interval, for interval boundaries.
     :param restate: re-load the batch on purpose as a new generation.
     :param restate_batch_key: the batch to restate (default: this run's own batch).
-    :param try_number: the attempt's try number, for fault points armed for one try.
+    :param try_number: the attempt's try number (fault points armed for one try read it
+        through :mod:`airflow_eod.core.attempt`).
     """
 
     table_uri: str
@@ -158,7 +160,8 @@ def freeze(request: LoadRequest, source: Source, ctx: ReadContext) -> FrozenBatc
     previous: int | None = None
     if request.restate:
         plan, previous = _restated(request, plan_log, plan, source, ctx)
-    fault_point("after_plan", try_number=request.try_number)
+    with attempt(request.try_number):  # the try the fault point reads
+        fault_point("after_plan")
     status = ask(request.table_uri, plan.key, plan.generation)
     if status.committed:
         log.info(
@@ -191,6 +194,13 @@ def load_batch(
         stands behind; called only when the table does not hold the batch.
     :param settle: finishing touches for a batch found committed.
     """
+    with attempt(request.try_number):  # the try the fault points read, for the whole load
+        return _load_batch(request, source, ctx, run=run, settle=settle)
+
+
+def _load_batch(
+    request: LoadRequest, source: Source, ctx: ReadContext, *, run: Run, settle: Settle | None
+) -> LoadResult:
     frozen = freeze(request, source, ctx)
     if isinstance(frozen, LoadResult):
         result = frozen

@@ -96,7 +96,7 @@ def outbox_of(manifest: Manifest | None) -> Outbox | None:
 
 
 def deliver_outbox(
-    table_uri: str, status: BatchStatus, *, try_number: int | None = None
+    table_uri: str, status: BatchStatus
 ) -> BatchStatus | None:
     """Commit the outbox of the batch's committed generation to the quarantine table, then
     remove the quarantine table's uncommitted attempts of that generation.
@@ -107,7 +107,6 @@ def deliver_outbox(
 
     :param table_uri: the main table.
     :param status: the main table's answer, for a committed batch.
-    :param try_number: this attempt's try number (for the fault points).
     :returns: the quarantine table's answer, or ``None`` when there was nothing to deliver.
     """
     main = status.manifest
@@ -140,7 +139,6 @@ def deliver_outbox(
             gen,
             staged,
             q_manifest,
-            try_number=try_number,
             replace_previous=outbox.replace_previous,
         )
     except Exception as exc:

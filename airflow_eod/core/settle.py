@@ -10,14 +10,13 @@ from airflow_eod.core.quarantine_outbox import deliver_outbox
 from airflow_eod.core.spec_files import remove_decided_specs
 
 
-def settle_committed(table_uri: str, status: BatchStatus, try_number: int | None = None) -> None:
+def settle_committed(table_uri: str, status: BatchStatus) -> None:
     """Deliver the batch's quarantine outbox, and remove other attempts' files: their data
     directories, and the specs of submitted attempts a SIGKILLed task left behind.
 
     :param table_uri: the main table.
     :param status: the table's answer, for a committed batch.
-    :param try_number: this attempt's try number (for the fault points).
     """
-    deliver_outbox(table_uri, status, try_number=try_number)
-    remove_uncommitted_attempts(table_uri, status, try_number=try_number)
+    deliver_outbox(table_uri, status)
+    remove_uncommitted_attempts(table_uri, status)
     remove_decided_specs(table_uri, status)

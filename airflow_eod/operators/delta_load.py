@@ -19,6 +19,7 @@ from airflow.sdk import Asset, BaseOperator
 
 from airflow_eod.airflow_exceptions import ending_at_once
 from airflow_eod.core import spec_files
+from airflow_eod.core.attempt import attempt
 from airflow_eod.core.catch_up import CatchUpResult, load_batches
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
@@ -240,7 +241,9 @@ class BaseDeltaLoadOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         try:
-            return self._load(context)
+            # The try number the fault points read, set once for the whole attempt.
+            with attempt(try_number_for(context)):
+                return self._load(context)
         except EodError as exc:
             if exc.retryable:
                 raise
@@ -275,7 +278,6 @@ class BaseDeltaLoadOperator(BaseOperator):
         # Planning runs in the task in both modes; a SparkSession is made only if it needs
         # one (a JDBC head query), never for a retry of a batch already planned.
         ctx = ReadContext(spark_factory=spark_factory, credentials=self.credentials())
-        try_number = try_number_for(context)
         settings = self._settings(context)
         run: Callable[[FrozenBatch], LoadResult]
         if self.execution == "submit":
@@ -308,7 +310,7 @@ class BaseDeltaLoadOperator(BaseOperator):
                 source,
                 ctx,
                 run=run,
-                settle=lambda status: settle_committed(self.table_uri, status, try_number),
+                settle=lambda status: settle_committed(self.table_uri, status),
             )
 
         caught_up = self._catch_up(request, load_one)

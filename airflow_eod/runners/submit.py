@@ -141,7 +141,7 @@ class SubmitRun:
             status.manifest.attempt_id if status.manifest else None,
         )
         # The driver does this after its commit; a driver killed right after it did not.
-        settle_committed(self.table_uri, status, spec.try_number)
+        settle_committed(self.table_uri, status)
         return result
 
     def on_kill(self) -> None:

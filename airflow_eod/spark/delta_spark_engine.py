@@ -36,7 +36,6 @@ def write_with_delta_spark(
     manifest: Manifest,
     partition_by: list[str],
     *,
-    try_number: int | None = None,
     table_configuration: dict[str, str] | None = None,
     schema_policy: str = SCHEMA_FAIL,
 ) -> tuple[bool, BatchStatus]:
@@ -76,7 +75,7 @@ def write_with_delta_spark(
         writer = writer.option("mergeSchema", "true")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    fault_point("before_commit", try_number=try_number)
+    fault_point("before_commit")
     try:
         writer.save(local_path(table_uri))
     except Exception as exc:  # a ConcurrentTransactionException arrives as a Py4J error
@@ -98,7 +97,7 @@ def write_with_delta_spark(
     # Delta Spark has committed (or skipped): a crash from here on leaves a batch that the
     # next ask finds committed, with no durable record yet (the ask writes it). The delta-rs
     # engine's point between its commit and its record stands for the same moment.
-    fault_point("before_record", try_number=try_number)
+    fault_point("before_record")
     after = ask(table_uri, batch, generation)
     if not after.committed:
         raise BatchError(batch.label, "Delta Spark returned but the table has no marker for the batch")

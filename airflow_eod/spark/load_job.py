@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from airflow_eod.core.ask import BatchStatus, ask, ask_table
+from airflow_eod.core.attempt import attempt
 from airflow_eod.core.delta import compat as table_compat
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import (
@@ -116,7 +117,6 @@ def _write(
             spec.generation,
             manifest,
             spec.partition_by,
-            try_number=spec.try_number,
             table_configuration=spec.table_configuration,
             schema_policy=spec.schema_drift,
         )
@@ -147,7 +147,7 @@ def _write(
                 raise
             raise
     source.verify(plan, ctx)  # an input that changed while Spark read it fails here
-    fault_point("after_stage", try_number=spec.try_number)
+    fault_point("after_stage")
     return commit_batch(
         spec.table_uri,
         batch,
@@ -155,7 +155,6 @@ def _write(
         staged,
         replace(manifest, rows=staged.rows, files=len(staged.files)),
         table_configuration=spec.table_configuration,
-        try_number=spec.try_number,
         replace_previous=spec.restate,
         schema_policy=spec.schema_drift,
     )
@@ -174,6 +173,16 @@ def run_load(
     :param transform: a callable that overrides ``spec.transform`` (local mode only).
     :param credentials: the source's credentials (never part of ``spec``).
     """
+    with attempt(spec.try_number):  # the try the fault points read, in this process
+        return _run_load(spark, spec, transform, credentials)
+
+
+def _run_load(
+    spark: SparkSession,
+    spec: LoadSpec,
+    transform: Transform | None,
+    credentials: Credentials | None,
+) -> LoadResult:
     plan = spec.plan
     batch = plan.key
     source = spec.source
@@ -184,7 +193,7 @@ def run_load(
         log.info(
             "batch %s: already committed (generation %s); writing nothing", batch, status.committed_generation
         )
-        settle_committed(spec.table_uri, status, spec.try_number)
+        settle_committed(spec.table_uri, status)
         return result_from_status(spec.table_uri, status, ALREADY_COMMITTED)
     manifest = Manifest(
         pipeline_id=batch.pipeline_id,
@@ -210,7 +219,7 @@ def run_load(
                 refuse_append_only(table, batch.label)
         if not spec.restate:
             check_retention(table, plan)
-        fault_point("before_write", try_number=spec.try_number)
+        fault_point("before_write")
         source.verify(plan, ctx)
         fn = transform or (resolve_transform(spec.transform) if spec.transform else None)
         # Read FAILFAST, a batch costs what a plain Spark write of it costs: a malformed
@@ -248,9 +257,7 @@ def run_load(
         decided = decide_after_failure(spec.table_uri, batch, spec.generation, exc)
         if decided is not None:
             # A racer (or this attempt, before it failed) committed: its outbox is due too.
-            deliver_outbox(
-                spec.table_uri, ask(spec.table_uri, batch, spec.generation), try_number=spec.try_number
-            )
+            deliver_outbox(spec.table_uri, ask(spec.table_uri, batch, spec.generation))
             return decided
         if isinstance(exc, InputChangedError) and spec.engine == "delta-spark":
             # The re-freeze the source's message names is a restatement, which this engine
@@ -264,8 +271,8 @@ def run_load(
     finally:
         if split is not None:
             split.release()
-    fault_point("after_commit", try_number=spec.try_number)
-    settle_committed(spec.table_uri, status, spec.try_number)
+    fault_point("after_commit")
+    settle_committed(spec.table_uri, status)
     outcome = COMMITTED if ours else ALREADY_COMMITTED
     log.info(
         "batch %s: %s generation %s at table version %s",

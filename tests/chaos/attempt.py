@@ -69,7 +69,7 @@ def run_attempt(args: dict[str, object], session: Callable[[], object]) -> str:
         source,
         ReadContext(spark_factory=session, credentials=creds),  # type: ignore[arg-type]
         run=local_run(session, table, source, credentials=creds, settings=LoadSettings(**args["settings"])),  # type: ignore[arg-type]
-        settle=lambda status: settle_committed(table, status, args["try_number"]),  # type: ignore[arg-type]
+        settle=lambda status: settle_committed(table, status),
     )
     return result.outcome
 

@@ -415,7 +415,7 @@ class ChaosMachine(RuleBasedStateMachine):
                 run=local_run(
                     lambda: spark, target, source, credentials=creds, settings=LoadSettings(**settings)
                 ),
-                settle=lambda status: settle_committed(target, status, try_no),
+                settle=lambda status: settle_committed(target, status),
             )
         except InjectedFault as exc:
             if run.pipe.name == "jdbci" and run.interval is not None:

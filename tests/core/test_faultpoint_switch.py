@@ -4,12 +4,14 @@ environment must not make a production task raise or SIGKILL itself."""
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import pytest
 
 from airflow_eod.core import faults
 from airflow_eod.core.ask import ask
+from airflow_eod.core.attempt import attempt, current_try
 from airflow_eod.core.faults import InjectedFault, fault_point
 from airflow_eod.examples.sample_data import write_order_files
 from tests.support.helpers import check, orders_source, plan_for, run_child, spec_for
@@ -24,9 +26,9 @@ def test_an_armed_point_without_the_testing_switch_does_nothing_and_says_so(
     monkeypatch.setenv(faults.ENV_VAR, "after_commit=raise,before_commit=kill")
     monkeypatch.setattr(faults, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="airflow_eod.core.faults"):
-        fault_point("after_commit", try_number=1)
-        fault_point("before_commit", try_number=1)  # a kill would end this test process
-        fault_point("after_commit", try_number=2)
+        fault_point("after_commit")
+        fault_point("before_commit")  # a kill would end this test process
+        fault_point("after_commit")
     warnings = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
     assert len(warnings) == 1, warnings  # once per setting, not once per point
     assert faults.TESTING_SWITCH in warnings[0]
@@ -36,14 +38,53 @@ def test_an_armed_point_without_the_testing_switch_does_nothing_and_says_so(
 def test_only_the_exact_switch_value_arms_the_points(monkeypatch: pytest.MonkeyPatch, switch: str) -> None:
     monkeypatch.setenv(faults.TESTING_SWITCH, switch)
     monkeypatch.setenv(faults.ENV_VAR, "after_commit=raise")
-    fault_point("after_commit", try_number=1)  # does not raise
+    fault_point("after_commit")  # does not raise
 
 
 def test_with_both_switches_the_point_fires(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(faults.TESTING_SWITCH, "1")
     monkeypatch.setenv(faults.ENV_VAR, "after_commit=raise")
     with pytest.raises(InjectedFault):
-        fault_point("after_commit", try_number=1)
+        fault_point("after_commit")
+
+
+def test_a_point_armed_for_one_try_fires_only_in_that_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The try comes from the attempt in progress (issue 20, item 5), not from a parameter:
+    outside any attempt, and in another try, a point armed ``@2`` does nothing."""
+    monkeypatch.setenv(faults.TESTING_SWITCH, "1")
+    monkeypatch.setenv(faults.ENV_VAR, "after_commit=raise@2")
+    fault_point("after_commit")  # no attempt: no try
+    with attempt(1):
+        fault_point("after_commit")
+        with attempt(2), pytest.raises(InjectedFault, match=r"try 2"):
+            fault_point("after_commit")
+        fault_point("after_commit")  # back in try 1 once try 2's block ended
+    assert current_try() is None
+
+
+def test_racing_attempts_in_one_process_each_see_their_own_try(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two tries running side by side in threads (as racing attempts in a test, or a worker
+    running two tries): the point armed for try 2 fires in try 2's thread only."""
+    monkeypatch.setenv(faults.TESTING_SWITCH, "1")
+    monkeypatch.setenv(faults.ENV_VAR, "after_commit=raise@2")
+    both_inside = threading.Barrier(2, timeout=30)
+    fired: dict[int, bool] = {}
+
+    def one_try(n: int) -> None:
+        with attempt(n):
+            both_inside.wait()  # both attempts are open at once
+            try:
+                fault_point("after_commit")
+                fired[n] = False
+            except InjectedFault:
+                fired[n] = True
+
+    threads = [threading.Thread(target=one_try, args=(n,)) for n in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert fired == {1: False, 2: True}
 
 
 @pytest.mark.spark
