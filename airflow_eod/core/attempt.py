@@ -2,9 +2,9 @@
 
 A fault point armed for one try (``after_commit=raise@2``) must know which try reaches it.
 Threading the try number through every commit and clean-up function made it a parameter of
-the protocol that the protocol never uses, so it lives here instead: the operator's
-``execute``, the load flow's planning step and ``run_load`` (which a submitted driver runs
-in its own process) each open :func:`attempt` with the try number Airflow gave them, and
+the protocol that the protocol never uses, so it lives here instead: ``load_batch`` (the
+one entry point of every load) and ``run_load`` (which a submitted driver runs in its own
+process) each open :func:`attempt` with the try number Airflow gave them, and
 :mod:`airflow_eod.core.faults` reads :func:`current_try`.
 
 A context variable, not a global: racing attempts in one process (threads of a test, or an

@@ -160,8 +160,7 @@ def freeze(request: LoadRequest, source: Source, ctx: ReadContext) -> FrozenBatc
     previous: int | None = None
     if request.restate:
         plan, previous = _restated(request, plan_log, plan, source, ctx)
-    with attempt(request.try_number):  # the try the fault point reads
-        fault_point("after_plan")
+    fault_point("after_plan")
     status = ask(request.table_uri, plan.key, plan.generation)
     if status.committed:
         log.info(

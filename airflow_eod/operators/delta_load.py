@@ -19,7 +19,6 @@ from airflow.sdk import Asset, BaseOperator
 
 from airflow_eod.airflow_exceptions import ending_at_once
 from airflow_eod.core import spec_files
-from airflow_eod.core.attempt import attempt
 from airflow_eod.core.catch_up import CatchUpResult, load_batches
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
@@ -241,9 +240,7 @@ class BaseDeltaLoadOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         try:
-            # The try number the fault points read, set once for the whole attempt.
-            with attempt(try_number_for(context)):
-                return self._load(context)
+            return self._load(context)
         except EodError as exc:
             if exc.retryable:
                 raise
