@@ -27,6 +27,7 @@ from airflow_eod.core.batch import BatchKey, validate_pipeline_id
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.durations import parse_interval
 from airflow_eod.core.errors import ConfigurationError, EodError
+from airflow_eod.core.table_ref import TableRef
 
 COMMITTED, NOT_COMMITTED, NO_TABLE, NO_PIPELINE, NO_BATCH = 0, 1, 2, 3, 4
 
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     p_verify.set_defaults(func=_verify)
     args = parser.parse_args(argv)
     try:
+        args.table = TableRef.parse(args.table)  # parsed once: every command takes the reference
         return int(args.func(args))
     except EodError as exc:
         print(f"airflow-eod: {exc}", file=sys.stderr)

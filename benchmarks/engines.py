@@ -32,6 +32,7 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.source import ReadContext
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_spec import LoadSettings
@@ -65,12 +66,12 @@ def eod_load(spark: SparkSession, landing: str, table: str, pipeline: str, engin
     source = LandingFilesSource(path=landing, file_format="csv", schema=DDL)
     t0 = time.perf_counter()
     result = load_batch(
-        LoadRequest(table, pipeline, f"{pipeline}-run"),
+        LoadRequest(TableRef.parse(table), pipeline, f"{pipeline}-run"),
         source,
         ReadContext(spark_factory=lambda: spark),
         run=local_run(
             lambda: spark,
-            table,
+            TableRef.parse(table),
             source,
             settings=LoadSettings(run_id=pipeline, try_number=1, engine=engine),
         ),

@@ -44,6 +44,7 @@ from airflow_eod.core.planner import plan_offset_batch
 from airflow_eod.core.source import Credentials, ReadContext
 from airflow_eod.core.staged_files import StagedBatch, StagedFile
 from airflow_eod.core.table_layout import attempt_dir
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from airflow_eod.sources.landing_files import LandingFilesSource
 from benchmarks import pg as pgmod
@@ -148,10 +149,10 @@ class History:
 
     # -- growth ---------------------------------------------------------------------
     def plan_log(self) -> PlanLog:
-        return PlanLog(self.table, self.pipeline)
+        return PlanLog(TableRef.parse(self.table), self.pipeline)
 
     def is_committed(self, key: Any) -> bool:
-        return ask(self.table, key).committed
+        return ask(TableRef.parse(self.table), key).committed
 
     def count(self) -> int:
         """Committed batches (the newest plan may be planned and not committed)."""
@@ -209,7 +210,12 @@ class History:
         before = _checkpoint_version(self.table)
         t0 = time.perf_counter()
         _ours, status = commit_batch(
-            self.table, plan.key, plan.generation, staged, manifest, table_configuration=self.config
+            TableRef.parse(self.table),
+            plan.key,
+            plan.generation,
+            staged,
+            manifest,
+            table_configuration=self.config,
         )
         commit_s = time.perf_counter() - t0
         if not status.committed:
@@ -279,10 +285,10 @@ class LandingHistory(History):
         t0 = time.perf_counter()
         # As BaseDeltaLoadOperator.execute calls it: a fresh plan log and the ask as is_committed.
         plan = self.source.plan(
-            PlanLog(self.table, self.pipeline),
+            PlanLog(TableRef.parse(self.table), self.pipeline),
             self.ctx,
             run_token=f"run-{n}",
-            is_committed=lambda key: ask(self.table, key).committed,
+            is_committed=lambda key: ask(TableRef.parse(self.table), key).committed,
         )
         elapsed = time.perf_counter() - t0
         if plan is None:
@@ -322,9 +328,9 @@ class JdbcHistory(History):
     def plan_next(self, n: int, *, timed: bool) -> tuple[Plan, float]:
         if not timed:
             plan = plan_offset_batch(
-                PlanLog(self.table, self.pipeline),
+                PlanLog(TableRef.parse(self.table), self.pipeline),
                 run_token=f"run-{n}",
-                is_committed=lambda key: ask(self.table, key).committed,
+                is_committed=lambda key: ask(TableRef.parse(self.table), key).committed,
                 next_offsets=self._next_offsets,
                 source=self.source.identity(),
             )
@@ -333,10 +339,10 @@ class JdbcHistory(History):
         pgmod.ensure_rows(self.pg, n + 1)  # one new row in the source: the next batch
         t0 = time.perf_counter()
         found = self.source.plan(
-            PlanLog(self.table, self.pipeline),
+            PlanLog(TableRef.parse(self.table), self.pipeline),
             self.ctx,
             run_token=f"run-{n}",
-            is_committed=lambda key: ask(self.table, key).committed,
+            is_committed=lambda key: ask(TableRef.parse(self.table), key).committed,
         )
         elapsed = time.perf_counter() - t0
         if found is None:

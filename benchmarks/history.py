@@ -22,6 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.ask import ask
+from airflow_eod.core.table_ref import TableRef
 from benchmarks import pg as pgmod
 from benchmarks.common import Row, Settings, fmt_int, ms, progress, ratio_of, row, timed
 from benchmarks.histories import (
@@ -45,18 +46,18 @@ SETTLE_S = 3.0
 def _asks(history: History, m: Measured, reps: int) -> None:
     oldest, newest = history.key_of(0), history.key_of(m.n - 1)
     for key in (oldest, newest):
-        if not ask(history.table, key).committed:
+        if not ask(TableRef.parse(history.table), key).committed:
             raise RuntimeError(f"the table does not answer committed for {key}")
     for key in (oldest, newest):
-        timed(lambda k=key: ask(history.table, k), 0, warmup=10)  # type: ignore[misc]
+        timed(lambda k=key: ask(TableRef.parse(history.table), k), 0, warmup=10)  # type: ignore[misc]
     for _ in range(reps):  # interleaved, so both see the same machine load
         forget_readings()
-        m.ask_oldest += timed(lambda: ask(history.table, oldest), 1)
+        m.ask_oldest += timed(lambda: ask(TableRef.parse(history.table), oldest), 1)
         forget_readings()
-        m.ask_newest += timed(lambda: ask(history.table, newest), 1)
+        m.ask_newest += timed(lambda: ask(TableRef.parse(history.table), newest), 1)
     for _ in range(reps):
-        m.warm_oldest += timed(lambda: ask(history.table, oldest), 1)
-        m.warm_newest += timed(lambda: ask(history.table, newest), 1)
+        m.warm_oldest += timed(lambda: ask(TableRef.parse(history.table), oldest), 1)
+        m.warm_newest += timed(lambda: ask(TableRef.parse(history.table), newest), 1)
 
 
 def _spark_asks(spark: SparkSession, history: History, m: Measured, reps: int) -> None:

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_eod.core.planlog.store import PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from benchmarks import pg as pgmod
 
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         def plan(source: JdbcIncrementalSource) -> Callable[[], Any]:
             def run() -> Any:
                 with tempfile.TemporaryDirectory() as table:
-                    plan_log = PlanLog(table, "bench.fp")
+                    plan_log = PlanLog(TableRef.parse(table), "bench.fp")
                     got = source.plan(
                         plan_log, ctx, run_token="r", is_committed=lambda _k: False, interval=interval
                     )

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.source import ReadContext
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark import load_job, staging
@@ -124,10 +125,15 @@ def eod_load(
     with _instrumented() as clock:
         t0 = time.perf_counter()
         result = load_batch(
-            LoadRequest(table, pipeline, f"{pipeline}-run"),
+            LoadRequest(TableRef.parse(table), pipeline, f"{pipeline}-run"),
             source,
             ReadContext(spark_factory=lambda: spark),
-            run=local_run(lambda: spark, table, source, settings=LoadSettings(run_id=pipeline, try_number=1)),
+            run=local_run(
+                lambda: spark,
+                TableRef.parse(table),
+                source,
+                settings=LoadSettings(run_id=pipeline, try_number=1),
+            ),
         )
         total = time.perf_counter() - t0
     if result.outcome != "committed":

@@ -29,6 +29,7 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.source import ReadContext
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_spec import LoadSettings
@@ -67,12 +68,12 @@ def eod_increment(spark: SparkSession, case: Case, landing: str, table: str, tok
     t0 = time.perf_counter()
     # The one load flow the operators run: plan, ask, then load.
     result = load_batch(
-        LoadRequest(table, "bench.peer", token),
+        LoadRequest(TableRef.parse(table), "bench.peer", token),
         source,
         ReadContext(spark_factory=lambda: spark),
         run=local_run(
             lambda: spark,
-            table,
+            TableRef.parse(table),
             source,
             settings=LoadSettings(try_number=1, partition_by=list(case.partition_by)),
         ),

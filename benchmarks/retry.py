@@ -41,9 +41,10 @@ CHILD = textwrap.dedent(
     if mode == "spark-first":
         from airflow_eod.core.ask import ask
         from airflow_eod.core.batch import BatchKey
+        from airflow_eod.core.table_ref import TableRef
         from airflow_eod.spark.session import get_session
         get_session()
-        committed = ask(table, BatchKey.for_interval("bench.retry", start, end)).committed
+        committed = ask(TableRef.parse(table), BatchKey.for_interval("bench.retry", start, end)).committed
         outcome = "already_committed" if committed else "not committed"
     else:
         from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator

@@ -28,6 +28,7 @@ from airflow_eod.core.records.store import (
     record_at,
     repair_record,
 )
+from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def ask_table(table: TableLog | None, batch: BatchKey, generation: int = 0) -> B
 
 
 def _ask(table: TableLog, batch: BatchKey, generation: int) -> BatchStatus:
-    plan_log = PlanLog(table.table_uri, batch.pipeline_id)
+    plan_log = PlanLog(table.ref, batch.pipeline_id)
     marker = table.transaction_version(batch.app_id)
     newest = record = newest_record(plan_log, table, batch)
     committed = marker
@@ -136,11 +137,11 @@ def _ask(table: TableLog, batch: BatchKey, generation: int) -> BatchStatus:
     )
 
 
-def ask(table_uri: str, batch: BatchKey, generation: int = 0) -> BatchStatus:
+def ask(ref: TableRef, batch: BatchKey, generation: int = 0) -> BatchStatus:
     """Have you received ``batch`` at ``generation`` (or newer)?
 
-    :param table_uri: the target Delta table.
+    :param ref: the target Delta table.
     :param batch: the batch.
     :param generation: the generation that counts as received.
     """
-    return ask_table(open_table(table_uri), batch, generation)
+    return ask_table(open_table(ref), batch, generation)

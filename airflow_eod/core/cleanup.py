@@ -15,14 +15,13 @@ import shutil
 from airflow_eod.core.ask import BatchStatus
 from airflow_eod.core.errors import UnsafePathError
 from airflow_eod.core.faults import fault_point
-from airflow_eod.core.table_layout import attempt_dir, batch_dir, table_dir
+from airflow_eod.core.table_layout import attempt_dir, batch_dir
+from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
 
-def remove_uncommitted_attempts(
-    table_uri: str, status: BatchStatus
-) -> list[str]:
+def remove_uncommitted_attempts(ref: TableRef, status: BatchStatus) -> list[str]:
     """Delete the directories of attempts at the committed generation that did not commit.
 
     Directories of older generations are kept (time travel reads them until VACUUM).
@@ -39,7 +38,7 @@ def remove_uncommitted_attempts(
         # is refused. A batch directory that is a link (or sits behind one) leading out of
         # the table is refused too, before it is listed: its g<gen>-* entries are not ours.
         keep = os.path.basename(attempt_dir(status.batch, gen, status.manifest.attempt_id))
-        root = table_dir(table_uri, rel)
+        root = ref.dir(rel)
     except UnsafePathError as exc:
         # The batch committed; what cannot be cleaned safely is left, and said.
         log.warning("batch %s: not cleaning up: %s", status.batch, exc.cause)

@@ -36,7 +36,7 @@ from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.records.store import CommitRecord, write_record
 from airflow_eod.core.replaced_files import refuse_dropping_landed_files, replaced_files
 from airflow_eod.core.staged_files import StagedBatch
-from airflow_eod.core.table_layout import local_path
+from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def _check_not_nulls(table: TableLog, staged: StagedBatch, label: str) -> None:
 
 
 def _record_commit(
-    path: str,
+    ref: TableRef,
     table_id: str,
     batch: BatchKey,
     generation: int,
@@ -79,7 +79,7 @@ def _record_commit(
     manifest: Manifest,
     staged: StagedBatch,
 ) -> None:
-    check_table_identity(path, table_id)
+    check_table_identity(ref, table_id)
     record = CommitRecord(
         batch.key,
         generation,
@@ -88,11 +88,11 @@ def _record_commit(
         asdict(manifest),
         sorted(f.path for f in staged.files),
     )
-    write_record(PlanLog(path, batch.pipeline_id), record)
+    write_record(PlanLog(ref, batch.pipeline_id), record)
 
 
 def _create_table(
-    path: str,
+    ref: TableRef,
     batch: BatchKey,
     generation: int,
     staged: StagedBatch,
@@ -112,7 +112,7 @@ def _create_table(
     fault_point("before_commit")
     try:
         create_table_with_add_actions(
-            path,
+            ref.path,
             _table_schema(staged.schema_json),
             adds,
             mode="error",
@@ -121,20 +121,20 @@ def _create_table(
             commit_properties=props,
         )
     except DeltaError as exc:
-        if open_table(path) is not None:
+        if open_table(ref) is not None:
             return False
         raise BatchError(batch.label, f"the Delta commit that creates the table failed: {exc}") from exc
     return True
 
 
-def _created_id(path: str) -> str:
-    table = open_table(path)
+def _created_id(ref: TableRef) -> str:
+    table = open_table(ref)
     assert table is not None  # we just created it
     return str(table.metadata().id)
 
 
 def commit_batch(
-    table_uri: str,
+    ref: TableRef,
     batch: BatchKey,
     generation: int,
     staged: StagedBatch,
@@ -153,7 +153,7 @@ def commit_batch(
     :returns: ``(we_committed, status)`` where ``status`` is the table's answer after the
         commit (or the answer that showed the batch was already there).
     """
-    path = local_path(table_uri)
+    path = ref.path
     config = {RETENTION_KEY: DEFAULT_RETENTION, **(table_configuration or {})}
     missing = [f.path for f in staged.files if not os.path.isfile(os.path.join(path, f.path))]
     if missing:
@@ -167,19 +167,19 @@ def commit_batch(
         )
     adds = [f.add_action() for f in staged.files]
     for round_no in range(1, MAX_COMMIT_ROUNDS + 1):
-        table = open_table(path)
-        check_table_identity(path, None if table is None else str(table.metadata().id))
+        table = open_table(ref)
+        check_table_identity(ref, None if table is None else str(table.metadata().id))
         status = ask_table(table, batch, generation)
         if status.committed:
             return False, status
         try:
             if table is None:
-                if not _create_table(path, batch, generation, staged, manifest, config, adds):
+                if not _create_table(ref, batch, generation, staged, manifest, config, adds):
                     log.info("batch %s: another attempt created the table first; asking again", batch)
                     continue
                 version, checkpoint = 0, False
             else:
-                table_compat.check_writable(table, path)
+                table_compat.check_writable(table, ref)
                 widened = table_compat.check_schema(
                     table, staged.schema_json, staged.partition_by, batch.label, schema_policy
                 )
@@ -219,15 +219,15 @@ def commit_batch(
                 checkpoint = checkpoint_due(table, version)
         except OSError as exc:
             raise BatchError(batch.label, f"the Delta commit failed: {exc}") from exc
-        table_id = str(table.metadata().id) if table is not None else _created_id(path)
+        table_id = str(table.metadata().id) if table is not None else _created_id(ref)
         # Our commit is exactly the version after the snapshot's; the record makes the
         # batch answerable after its marker expires.
         fault_point("before_record")
-        _record_commit(path, table_id, batch, generation, version, manifest, staged)
+        _record_commit(ref, table_id, batch, generation, version, manifest, staged)
         if checkpoint:
             assert table is not None
-            write_checkpoint(path, version, table.metadata().configuration)
-        after = ask_table(open_table(path), batch, generation)
+            write_checkpoint(ref, version, table.metadata().configuration)
+        after = ask_table(open_table(ref), batch, generation)
         if not after.committed:
             raise BatchError(batch.label, "the commit returned but the table has no marker for it")
         ours = after.manifest is not None and after.manifest.attempt_id == manifest.attempt_id

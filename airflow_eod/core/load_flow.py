@@ -31,7 +31,7 @@ from airflow_eod.core.result import (
     LoadResult,
     result_from_status,
 )
-from airflow_eod.core.table_layout import normalise
+from airflow_eod.core.table_ref import TableRef
 
 if TYPE_CHECKING:
     from airflow_eod.core.source import ReadContext, Source
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 class LoadRequest:
     """What a run asks to load, from its identity alone (nothing about how it runs).
 
-    :param table_uri: the target Delta table.
+    :param table: the target Delta table.
     :param pipeline_id: the dedup namespace.
     :param run_token: a stable identity of the DAG run, the same for all its tries.
     :param interval: the run's data interval, for interval boundaries.
@@ -53,7 +53,7 @@ class LoadRequest:
         through :mod:`airflow_eod.core.attempt`).
     """
 
-    table_uri: str
+    table: TableRef
     pipeline_id: str
     run_token: str
     interval: tuple[datetime, datetime] | None = None
@@ -87,7 +87,7 @@ def _restated(
 ) -> tuple[Plan, int | None]:
     """The plan of this run's restatement (a committed batch) or re-freeze (a batch the
     table never committed): a new generation frozen from the source as it is now."""
-    previous = ask(request.table_uri, plan.key).committed_generation
+    previous = ask(request.table, plan.key).committed_generation
     committed = previous is not None
 
     def replan(p: Plan, g: int) -> Plan:
@@ -99,7 +99,7 @@ def _restated(
             plan_log, plan, run_token=request.run_token, committed_generation=previous, replan=replan
         ),
     )
-    if not ask(request.table_uri, restated.key, restated.generation).committed:
+    if not ask(request.table, restated.key, restated.generation).committed:
         try:
             source.verify(restated, ctx)
         except InputChangedError as exc:
@@ -125,8 +125,8 @@ def freeze(request: LoadRequest, source: Source, ctx: ReadContext) -> FrozenBatc
     the :class:`BatchStatus` of a batch the table already holds, or the batch to load."""
     # Planning writes the plan log beside the table: refuse a path that is a file or another
     # system's directory before anything is written into it.
-    open_table(request.table_uri)
-    plan_log = PlanLog(request.table_uri, request.pipeline_id)
+    open_table(request.table)
+    plan_log = PlanLog(request.table, request.pipeline_id)
     named = (request.restate_batch_key or "").strip() if request.restate else ""
     if named:
         found = plan_log.get_plan(named)
@@ -141,7 +141,7 @@ def freeze(request: LoadRequest, source: Source, ctx: ReadContext) -> FrozenBatc
             plan_log,
             ctx,
             run_token=request.run_token,
-            is_committed=lambda key: ask(request.table_uri, key).committed,
+            is_committed=lambda key: ask(request.table, key).committed,
             interval=request.interval,
         )
     if plan is None and request.restate:
@@ -154,14 +154,12 @@ def freeze(request: LoadRequest, source: Source, ctx: ReadContext) -> FrozenBatc
         )
     if plan is None:
         log.info("pipeline %s: the source holds nothing new; nothing to load", request.pipeline_id)
-        return LoadResult(
-            request.pipeline_id, None, None, None, 0, 0, NO_NEW_DATA, normalise(request.table_uri)
-        )
+        return LoadResult(request.pipeline_id, None, None, None, 0, 0, NO_NEW_DATA, request.table.location)
     previous: int | None = None
     if request.restate:
         plan, previous = _restated(request, plan_log, plan, source, ctx)
     fault_point("after_plan")
-    status = ask(request.table_uri, plan.key, plan.generation)
+    status = ask(request.table, plan.key, plan.generation)
     if status.committed:
         log.info(
             "batch %s: already committed (generation %s, table version %s); writing nothing",
@@ -206,7 +204,7 @@ def _load_batch(
     elif isinstance(frozen, BatchStatus):
         if settle is not None:
             settle(frozen)
-        result = result_from_status(request.table_uri, frozen, ALREADY_COMMITTED)
+        result = result_from_status(request.table, frozen, ALREADY_COMMITTED)
     else:
         result = run(frozen)
     if "null_key_rows" in ctx.facts:  # counted at planning (a keyed source)
@@ -215,7 +213,7 @@ def _load_batch(
 
 
 def decide_submitted(
-    table_uri: str,
+    ref: TableRef,
     frozen: FrozenBatch,
     attempt_id: str,
     error: BaseException | None,
@@ -230,7 +228,7 @@ def decide_submitted(
     :raises BatchError: the table does not hold the batch: ``driver_error`` when the driver
         said why, otherwise an error naming ``error``.
     """
-    status = ask(table_uri, frozen.plan.key, frozen.plan.generation)
+    status = ask(ref, frozen.plan.key, frozen.plan.generation)
     if not status.committed and driver_error is not None:
         raise driver_error from error
     if not status.committed:
@@ -244,4 +242,4 @@ def decide_submitted(
         log.warning(
             "batch %s: the submitted load failed (%s), but the table holds the batch", frozen.plan.key, error
         )
-    return result_from_status(table_uri, status, COMMITTED if ours else ALREADY_COMMITTED), status
+    return result_from_status(ref, status, COMMITTED if ours else ALREADY_COMMITTED), status

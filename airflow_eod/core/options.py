@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal, get_args
 
 from airflow_eod.core.errors import ConfigurationError
-from airflow_eod.core.table_layout import local_path
+from airflow_eod.core.table_ref import TableRef
 
 Engine = Literal["delta-rs", "delta-spark"]
 SchemaDrift = Literal["fail", "add_columns"]
@@ -80,7 +80,7 @@ def check_table_uri(name: str, uri: Any) -> None:
     if not isinstance(uri, str) or not uri.strip():
         raise ConfigurationError(f"{name} must be a path or a file:// URI, not {uri!r}")
     try:
-        local_path(uri)
+        TableRef.parse(uri)
     except ConfigurationError as exc:
         raise ConfigurationError(f"{name}: {exc}") from None
 

@@ -35,7 +35,7 @@ from airflow_eod.core.errors import BatchError
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.staged_files import StagedBatch, StagedFile
-from airflow_eod.core.table_layout import normalise
+from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +95,7 @@ def outbox_of(manifest: Manifest | None) -> Outbox | None:
     return Outbox.from_dict(manifest.extra[OUTBOX_KEY])
 
 
-def deliver_outbox(
-    table_uri: str, status: BatchStatus
-) -> BatchStatus | None:
+def deliver_outbox(ref: TableRef, status: BatchStatus) -> BatchStatus | None:
     """Commit the outbox of the batch's committed generation to the quarantine table, then
     remove the quarantine table's uncommitted attempts of that generation.
 
@@ -105,7 +103,7 @@ def deliver_outbox(
     so a crash between the two commits is healed by the next attempt. Delivering twice
     commits once: the quarantine commit asks for the batch's marker first.
 
-    :param table_uri: the main table.
+    :param ref: the main table.
     :param status: the main table's answer, for a committed batch.
     :returns: the quarantine table's answer, or ``None`` when there was nothing to deliver.
     """
@@ -116,25 +114,25 @@ def deliver_outbox(
         return None
     batch = status.batch
     staged = outbox.staged
-    if not staged.files and open_table(outbox.table_uri) is None:
+    if not staged.files and open_table(TableRef.parse(outbox.table_uri)) is None:
         # Nothing to remove and no table made only to hold an empty marker.
         log.info(
             "batch %s: generation %d has no malformed records and the quarantine table %s does "
             "not exist; nothing to deliver",
             batch,
             gen,
-            outbox.table_uri,
+            TableRef.parse(outbox.table_uri),
         )
         return None
     q_manifest = replace(
         main,
         rows=staged.rows,
         files=len(staged.files),
-        extra={"quarantine_of": normalise(table_uri), "main_table_version": status.table_version},
+        extra={"quarantine_of": ref.location, "main_table_version": status.table_version},
     )
     try:
         ours, q_status = commit_batch(
-            outbox.table_uri,
+            TableRef.parse(outbox.table_uri),
             batch,
             gen,
             staged,
@@ -150,9 +148,9 @@ def deliver_outbox(
         )
         raise BatchError(
             batch.label,
-            f"generation {gen} is committed to the table {normalise(table_uri)} (version "
+            f"generation {gen} is committed to the table {ref.location} (version "
             f"{status.table_version}), but its {staged.rows} malformed record(s) could not be "
-            f"delivered to the quarantine table {outbox.table_uri}: {cause}; "
+            f"delivered to the quarantine table {TableRef.parse(outbox.table_uri)}: {cause}; "
             "the next attempt of the task delivers them",
         ) from exc
     log.warning(
@@ -160,13 +158,13 @@ def deliver_outbox(
         "quarantine table %s (version %s)",
         batch,
         gen,
-        normalise(table_uri),
+        ref.location,
         status.table_version,
         staged.rows,
         "committed to" if ours else "already in",
-        outbox.table_uri,
+        TableRef.parse(outbox.table_uri),
         q_status.table_version,
     )
     # Only now: before delivery, the outbox's files are an uncommitted attempt's files.
-    remove_uncommitted_attempts(outbox.table_uri, q_status)
+    remove_uncommitted_attempts(TableRef.parse(outbox.table_uri), q_status)
     return q_status

@@ -136,7 +136,7 @@ def _without_deletion_vectors(
     """``removes``, unless a file among them has a deletion vector: another writer deleted
     rows of the batch in place (DELETE, UPDATE, MERGE), as if it had rewritten the file, and
     a ``remove`` must name that deletion vector to remove the file for Delta Spark."""
-    hidden = deleted_rows(table.path, snapshot)
+    hidden = deleted_rows(table.ref, snapshot)
     marked = [decoded(r) for r in removes if decoded(r) in hidden]
     if marked:
         raise BatchRefusedError(

@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow_eod.core.ask import BatchStatus, ask
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.table_layout import normalise
+from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class LoadResult:
         return body
 
 
-def result_from_status(table_uri: str, status: BatchStatus, outcome: str) -> LoadResult:
+def result_from_status(ref: TableRef, status: BatchStatus, outcome: str) -> LoadResult:
     """The load result the table stands behind, built from the ask's answer."""
     m = status.manifest
     return LoadResult(
@@ -61,12 +61,12 @@ def result_from_status(table_uri: str, status: BatchStatus, outcome: str) -> Loa
         rows=m.rows if m else 0,
         files=m.files if m else 0,
         outcome=outcome,
-        table_uri=normalise(table_uri),
+        table_uri=ref.location,
     )
 
 
 def decide_after_failure(
-    table_uri: str, batch: BatchKey, generation: int, error: Exception
+    ref: TableRef, batch: BatchKey, generation: int, error: Exception
 ) -> LoadResult | None:
     """The decide step for an attempt that failed: the table, not the error, says whether
     the batch landed. Returns the result when it did, ``None`` when it did not.
@@ -75,8 +75,8 @@ def decide_after_failure(
     the batch and removed the zombie's files; the zombie's Spark job then fails, but the
     batch is committed once, so the attempt reports ``already_committed``.
     """
-    status = ask(table_uri, batch, generation)
+    status = ask(ref, batch, generation)
     if not status.committed:
         return None
     log.warning("batch %s: the attempt failed (%s), but the table holds the batch", batch, error)
-    return result_from_status(table_uri, status, ALREADY_COMMITTED)
+    return result_from_status(ref, status, ALREADY_COMMITTED)

@@ -8,15 +8,16 @@ from airflow_eod.core.ask import BatchStatus
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.quarantine_outbox import deliver_outbox
 from airflow_eod.core.spec_files import remove_decided_specs
+from airflow_eod.core.table_ref import TableRef
 
 
-def settle_committed(table_uri: str, status: BatchStatus) -> None:
+def settle_committed(ref: TableRef, status: BatchStatus) -> None:
     """Deliver the batch's quarantine outbox, and remove other attempts' files: their data
     directories, and the specs of submitted attempts a SIGKILLed task left behind.
 
-    :param table_uri: the main table.
+    :param ref: the main table.
     :param status: the table's answer, for a committed batch.
     """
-    deliver_outbox(table_uri, status)
-    remove_uncommitted_attempts(table_uri, status)
-    remove_decided_specs(table_uri, status)
+    deliver_outbox(ref, status)
+    remove_uncommitted_attempts(ref, status)
+    remove_decided_specs(ref, status)

@@ -22,7 +22,8 @@ from airflow_eod.core.ask import BatchStatus
 from airflow_eod.core.batch import BatchKey, fingerprint
 from airflow_eod.core.errors import UnsafePathError
 from airflow_eod.core.storage import storage_at
-from airflow_eod.core.table_layout import META_DIR, local_path, under
+from airflow_eod.core.table_layout import META_DIR, under
+from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +38,16 @@ def _batch_tag(batch: BatchKey) -> str:
     return fingerprint([batch.pipeline_id, batch.key])[:24]
 
 
-def spec_path(table_uri: str, batch: BatchKey, generation: int, attempt_id: str) -> str:
+def spec_path(ref: TableRef, batch: BatchKey, generation: int, attempt_id: str) -> str:
     """Where the spec of ``attempt_id`` (of ``batch`` at ``generation``) is written; the
     directory is made if needed. Checked joins: the attempt id ends up in a file name, and
     no link inside the table may lead the directory (or its creation) out of it."""
-    spec_dir = under(local_path(table_uri), *SPECS_DIR.split(os.sep))
+    spec_dir = under(ref.path, *SPECS_DIR.split(os.sep))
     os.makedirs(spec_dir, exist_ok=True)
     return under(spec_dir, f"{_batch_tag(batch)}-g{generation}-{attempt_id}.json")
 
 
-def remove_decided_specs(table_uri: str, status: BatchStatus) -> list[str]:
+def remove_decided_specs(ref: TableRef, status: BatchStatus) -> list[str]:
     """Remove the spec files (and drivers' error files) of every attempt of ``status``'s batch
     at the committed generation or older. Nothing happens unless the table holds the batch.
 
@@ -54,7 +55,7 @@ def remove_decided_specs(table_uri: str, status: BatchStatus) -> list[str]:
     """
     if not status.committed or status.committed_generation is None:
         return []
-    store = storage_at(local_path(table_uri))
+    store = storage_at(ref.path)
     try:
         names = store.list(_SPECS_KEY)
     except UnsafePathError as exc:

@@ -1,5 +1,5 @@
-"""Where things live in and beside a table: URIs, local paths, and the directories
-airflow-eod writes (the plan log, and one data directory per batch attempt)."""
+"""Where things live in a table: the directories airflow-eod writes (the plan log, and one
+data directory per batch attempt), and the one safe way to join a name onto a root."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ import functools
 import os
 import re
 import stat
-from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.errors import ConfigurationError, UnsafePathError
+from airflow_eod.core.errors import UnsafePathError
 
 # Directory inside the table root that holds the plan log. The leading underscore keeps
 # Delta's VACUUM away from it, and readers never look outside ``_delta_log``'s list.
@@ -19,46 +17,6 @@ META_DIR = "_eod"
 # Directory inside the table root that holds staged and committed data files. No leading
 # underscore or dot: VACUUM must be able to delete files that a restatement removed.
 DATA_DIR = "eod_data"
-
-
-def local_path(table_uri: str) -> str:
-    """The local filesystem path of ``table_uri`` (a path or a ``file://`` URI).
-
-    The plan log needs put-if-absent, which this release implements with the local (or
-    shared, POSIX) filesystem; object-store URIs are refused with a clear error.
-    """
-    parsed = urlparse(table_uri)
-    if parsed.scheme in ("", "file"):
-        path = unquote(parsed.path) if parsed.scheme == "file" else table_uri
-        if not path:
-            raise ConfigurationError(f"table URI {table_uri!r} has no path")
-        if "%" in path:
-            # delta-rs percent-decodes table paths: "t%41b" would be read as "tAb", so the
-            # batch just committed could never be found again.
-            raise ConfigurationError(
-                f"table path {path!r} holds a '%', which delta-rs decodes as a URI escape; "
-                "choose a table path without '%'"
-            )
-        return os.path.abspath(path)
-    if len(parsed.scheme) == 1:  # a Windows drive letter, not a scheme
-        return os.path.abspath(table_uri)
-    raise ConfigurationError(
-        f"table URI {table_uri!r}: only local or shared-filesystem paths (or file:// URIs) "
-        "are supported by this release, because the plan log needs put-if-absent files"
-    )
-
-
-def table_asset_uri(table_uri: str) -> str:
-    """The table as an Airflow Asset URI: ``file://`` and the absolute path, percent-encoded
-    (Airflow drops a URI's fragment, so a ``#`` in a path must not be left raw)."""
-    # POSIX leaves a path that starts with exactly two slashes to the system (Linux reads it
-    # as one); "file:////x" would become host "x" in Airflow's URI normalisation.
-    return Path("/" + local_path(table_uri).lstrip("/")).as_uri()
-
-
-def normalise(table_uri: str) -> str:
-    """The canonical form of a table URI used in results and logs (an absolute path)."""
-    return local_path(table_uri)
 
 
 # One path component airflow-eod builds from a value it did not choose itself (a table id,
@@ -86,7 +44,7 @@ def path_part(value: object, what: str = "path component") -> str:
             f"{what} {value!r} cannot name a file: airflow-eod builds paths only from names of "
             "1-255 letters, digits, '_', '.', '-' that start with a letter, digit or '_' (no "
             "'/', '..', NUL or leading dot). A table, plan log or setting holding such a value was "
-            "written by something other than airflow-eod; nothing was read or written there"
+            "written by something other than airflow-eod; nothing was read or written there",
         )
     return value
 
@@ -147,7 +105,7 @@ def no_link_out(root: str, parts: tuple[str, ...] | list[str], seen: set[str] | 
             None,
             f"{path} resolves to {os.path.realpath(path)}, outside {root}: a link inside the "
             "table leads out of it. airflow-eod reads, writes and removes nothing outside the "
-            "table; remove the link (see the runbook, 'hostile input')"
+            "table; remove the link (see the runbook, 'hostile input')",
         )
     return path
 
@@ -162,9 +120,3 @@ def attempt_dir(batch: BatchKey, generation: int, attempt_id: str) -> str:
     if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
         raise UnsafePathError(None, f"generation {generation!r} is not a non-negative integer")
     return f"{batch_dir(batch)}/g{generation}-{path_part(attempt_id, 'attempt id')}"
-
-
-def table_dir(table_uri: str, rel_dir: str) -> str:
-    """The local path of ``rel_dir`` (from :func:`batch_dir` or :func:`attempt_dir`) in the
-    table, refused when a link on the way leads out of the table."""
-    return under(local_path(table_uri), *rel_dir.split("/"))

@@ -100,10 +100,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from airflow_eod.core.delta.table import open_table
     from airflow_eod.core.manifest import Manifest
+    from airflow_eod.core.table_ref import TableRef
     from airflow_eod.examples.compare import compare_table_with_landing
 
     cmp = compare_table_with_landing(table, landing, "csv", ORDERS_COLUMNS, ORDERS_ARROW_SCHEMA)
-    delta = open_table(table)
+    delta = open_table(TableRef.parse(table))
     commits = []
     if delta is not None:
         for info in delta.snapshot().history():

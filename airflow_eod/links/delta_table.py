@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperatorLink
 
-from airflow_eod.core.table_layout import table_asset_uri
+from airflow_eod.core.table_ref import TableRef
 
 
 class DeltaTableLink(BaseOperatorLink):
@@ -19,4 +19,4 @@ class DeltaTableLink(BaseOperatorLink):
     name = "Delta table"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        return table_asset_uri(operator.table_uri)
+        return TableRef.parse(operator.table_uri).asset_uri

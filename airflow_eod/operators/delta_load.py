@@ -38,7 +38,7 @@ from airflow_eod.core.options import (
 from airflow_eod.core.result import LoadResult
 from airflow_eod.core.settle import settle_committed
 from airflow_eod.core.source import Credentials, ReadContext, Source
-from airflow_eod.core.table_layout import local_path, table_asset_uri
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.hooks.spark_submit import check_submit_kwargs
 from airflow_eod.links.delta_table import DeltaTableLink
 from airflow_eod.run_conf import as_bool, conf_of, restate_request
@@ -164,7 +164,7 @@ class BaseDeltaLoadOperator(BaseOperator):
             # the asset event's extra says which batch arrived (see execute). A templated
             # table has no URI yet when the DAG is parsed; declare the outlet yourself.
             try:
-                kwargs["outlets"] = [Asset(uri=table_asset_uri(table_uri))]
+                kwargs["outlets"] = [Asset(uri=TableRef.parse(table_uri).asset_uri)]
             except ValueError:  # Airflow refuses URIs of more than 1500 characters
                 kwargs["outlets"] = []
         super().__init__(**kwargs)
@@ -255,8 +255,10 @@ class BaseDeltaLoadOperator(BaseOperator):
         )
         # A restatement asked by dag_run.conf is refused before it freezes a new generation.
         check_engine_options(self.engine, restate=restate)
+        # The rendered table_uri, parsed once: every layer below takes the reference.
+        table = TableRef.parse(self.table_uri)
         request = LoadRequest(
-            table_uri=self.table_uri,
+            table=table,
             pipeline_id=pipeline_id,
             run_token=run_token_for(context),
             interval=self._interval(context),
@@ -287,14 +289,14 @@ class BaseDeltaLoadOperator(BaseOperator):
                 submit_kwargs=self.submit_kwargs,
             )
             run = self._submit_run = submit_run(
-                target, self.table_uri, source, settings=settings, credentials=ctx.credentials, log=self.log
+                target, table, source, settings=settings, credentials=ctx.credentials, log=self.log
             )
         else:
             from airflow_eod.runners.local import local_run
 
             run = local_run(
                 lambda: ctx.spark,
-                self.table_uri,
+                table,
                 source,
                 settings=settings,
                 transform_fn=self.transform if callable(self.transform) else None,
@@ -307,7 +309,7 @@ class BaseDeltaLoadOperator(BaseOperator):
                 source,
                 ctx,
                 run=run,
-                settle=lambda status: settle_committed(self.table_uri, status),
+                settle=lambda status: settle_committed(table, status),
             )
 
         caught_up = self._catch_up(request, load_one)
@@ -363,7 +365,9 @@ class BaseDeltaLoadOperator(BaseOperator):
             facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(rowCount=result.rows)
         return OperatorLineage(
             inputs=[InputDataset(namespace=ns, name=name) for ns, name in self.lineage_inputs()],
-            outputs=[OutputDataset(namespace="file", name=local_path(self.table_uri), outputFacets=facets)],
+            outputs=[
+                OutputDataset(namespace="file", name=TableRef.parse(self.table_uri).path, outputFacets=facets)
+            ],
         )
 
     def _attach_to_asset_event(self, context: Any, result: LoadResult | dict[str, Any]) -> None:
@@ -378,7 +382,7 @@ class BaseDeltaLoadOperator(BaseOperator):
         events = context.get("outlet_events")
         if events is None:  # run outside a task (a test's hand-made context): no event
             return
-        uri = table_asset_uri(self.table_uri)
+        uri = TableRef.parse(self.table_uri).asset_uri
         for outlet in self.outlets or []:
             if isinstance(outlet, Asset) and outlet.uri == uri:
                 events[outlet].extra.update(result if isinstance(result, dict) else result.to_dict())

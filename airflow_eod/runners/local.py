@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from airflow_eod.core.load_flow import FrozenBatch, Run
 from airflow_eod.core.result import LoadResult
 from airflow_eod.core.source import Credentials, Source
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.spark.load_job import Transform, run_load
 from airflow_eod.spark.load_spec import LoadSettings, LoadSpec
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 def local_run(
     session: Callable[[], SparkSession],
-    table_uri: str,
+    ref: TableRef,
     source: Source,
     *,
     settings: LoadSettings | None = None,
@@ -27,7 +28,7 @@ def local_run(
     """The ``run`` step of :func:`~airflow_eod.core.load_flow.load_batch` in this process.
 
     :param session: returns the SparkSession; called only when a batch is loaded.
-    :param table_uri: the target table.
+    :param ref: the target table.
     :param source: the source.
     :param settings: the load's settings (the defaults when ``None``).
     :param transform_fn: a callable transform, which overrides ``settings.transform``.
@@ -35,7 +36,7 @@ def local_run(
     """
 
     def run(frozen: FrozenBatch) -> LoadResult:
-        spec = LoadSpec.for_batch(table_uri, frozen, source, settings)
+        spec = LoadSpec.for_batch(ref, frozen, source, settings)
         # run_load decides from the table however the attempt ends, so this is the result.
         return run_load(session(), spec, transform_fn, credentials)
 

@@ -16,6 +16,7 @@ from airflow_eod.core.settle import settle_committed
 from airflow_eod.core.source import Credentials, Source
 from airflow_eod.core.spec_files import spec_path as spec_file_path
 from airflow_eod.core.storage.atomic_file import write_private
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.hooks.spark_submit import SparkSubmit
 from airflow_eod.runners.spark_master import check_master_reachable
 from airflow_eod.spark import driver
@@ -54,14 +55,14 @@ class SubmitRun:
         self,
         *,
         target: SubmitTarget,
-        table_uri: str,
+        ref: TableRef,
         source: Source,
         settings: LoadSettings,
         credentials: Credentials | None,
         log: TaskLog,
     ) -> None:
         self.target = target
-        self.table_uri = table_uri
+        self.table = ref
         self.source = source
         self.settings = settings
         self.credentials = credentials
@@ -70,13 +71,13 @@ class SubmitRun:
 
     def __call__(self, frozen: FrozenBatch) -> LoadResult:
         """spark-submit the driver for ``frozen``, then ask the table what happened."""
-        spec = LoadSpec.for_batch(self.table_uri, frozen, self.source, self.settings)
+        spec = LoadSpec.for_batch(self.table, frozen, self.source, self.settings)
         label = frozen.plan.key.label
         # The spec lives beside the table: a driver that can write the table can read it,
         # on this machine or (deploy-mode cluster) on a node of the cluster.
         # Its name says whose it is: the settle step of a committed batch removes the specs a
         # SIGKILLed task left behind (airflow_eod.core.spec_files).
-        spec_path = spec_file_path(self.table_uri, frozen.plan.key, spec.generation, spec.attempt_id)
+        spec_path = spec_file_path(self.table, frozen.plan.key, spec.generation, spec.attempt_id)
         write_private(spec_path, spec.to_json())  # 0600: no other user reads what it names
         secrets: dict[str, str] = {}
         if self.credentials is not None:
@@ -122,7 +123,7 @@ class SubmitRun:
             error = exc
         try:
             result, status = decide_submitted(
-                self.table_uri, frozen, spec.attempt_id, error, driver.read_error(spec_path)
+                self.table, frozen, spec.attempt_id, error, driver.read_error(spec_path)
             )
         finally:
             # spark-submit has returned: the driver has ended (waitAppCompletion is refused
@@ -141,7 +142,7 @@ class SubmitRun:
             status.manifest.attempt_id if status.manifest else None,
         )
         # The driver does this after its commit; a driver killed right after it did not.
-        settle_committed(self.table_uri, status)
+        settle_committed(self.table, status)
         return result
 
     def on_kill(self) -> None:
@@ -152,7 +153,7 @@ class SubmitRun:
 
 def submit_run(
     target: SubmitTarget,
-    table_uri: str,
+    ref: TableRef,
     source: Source,
     *,
     settings: LoadSettings | None = None,
@@ -162,7 +163,7 @@ def submit_run(
     """The ``run`` step of :func:`~airflow_eod.core.load_flow.load_batch` through spark-submit.
 
     :param target: where and how the driver is submitted.
-    :param table_uri: the target table.
+    :param ref: the target table.
     :param source: the source.
     :param settings: the load's settings (the defaults when ``None``); a transform must be
         ``"module:function"``, importable where the driver runs.
@@ -172,7 +173,7 @@ def submit_run(
     """
     return SubmitRun(
         target=target,
-        table_uri=table_uri,
+        ref=ref,
         source=source,
         settings=settings or LoadSettings(),
         credentials=credentials,

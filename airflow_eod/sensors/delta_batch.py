@@ -32,7 +32,7 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.planner import require_interval
 from airflow_eod.core.result import COMMITTED, result_from_status
-from airflow_eod.core.table_layout import normalise
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.run_context import data_interval_for, pipeline_id_for
 from airflow_eod.triggers.delta_batch import ERROR, SUCCESS, TIMEOUT, DeltaBatchTrigger
 
@@ -138,7 +138,7 @@ class DeltaBatchSensor(BaseSensorOperator):
     def _committed_result(self, batch: BatchKey) -> dict[str, Any] | None:
         """The load result when the table holds ``batch``, else ``None``."""
         try:
-            status = ask(self.table_uri, batch, self.generation)
+            status = ask(TableRef.parse(self.table_uri), batch, self.generation)
         except EodError as exc:
             if exc.retryable:
                 raise
@@ -153,7 +153,7 @@ class DeltaBatchSensor(BaseSensorOperator):
             status.committed_generation,
             status.table_version,
         )
-        return result_from_status(self.table_uri, status, COMMITTED).to_dict()
+        return result_from_status(TableRef.parse(self.table_uri), status, COMMITTED).to_dict()
 
     def poke(self, context: Any) -> PokeReturnValue:
         result = self._committed_result(self._checked_batch(context))
@@ -190,7 +190,7 @@ class DeltaBatchSensor(BaseSensorOperator):
         self.defer(
             trigger=DeltaBatchTrigger(
                 # The triggerer runs elsewhere, in another working directory.
-                table_uri=normalise(self.table_uri),
+                table_uri=TableRef.parse(self.table_uri).location,
                 pipeline_id=batch.pipeline_id,
                 batch_key=batch.key,
                 generation=self.generation,

@@ -19,7 +19,7 @@ from airflow_eod.core.errors import BatchError, ConfigurationError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.retention import DEFAULT_RETENTION, RETENTION_KEY
-from airflow_eod.core.table_layout import local_path
+from airflow_eod.core.table_ref import TableRef
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -30,7 +30,7 @@ _NOT_SET_UP = ("DELTA_CONFIGURE_SPARK_SESSION_WITH_EXTENSION_AND_CATALOG", "DATA
 
 def write_with_delta_spark(
     df: DataFrame,
-    table_uri: str,
+    ref: TableRef,
     batch: BatchKey,
     generation: int,
     manifest: Manifest,
@@ -47,7 +47,7 @@ def write_with_delta_spark(
         delta-rs engine's: a type change fails either way).
     :returns: ``(we_committed, status)`` as :func:`airflow_eod.core.load_commit.commit_batch`.
     """
-    table = open_table(table_uri)
+    table = open_table(ref)
     before = ask_table(table, batch, generation)
     if before.committed:
         return False, before
@@ -77,9 +77,9 @@ def write_with_delta_spark(
         writer = writer.partitionBy(*partition_by)
     fault_point("before_commit")
     try:
-        writer.save(local_path(table_uri))
+        writer.save(ref.path)
     except Exception as exc:  # a ConcurrentTransactionException arrives as a Py4J error
-        after = ask(table_uri, batch, generation)
+        after = ask(ref, batch, generation)
         if after.committed:
             # The save may have committed before it raised (a lost Py4J reply, a failed
             # post-commit hook): the manifest's attempt id says whose commit it is.
@@ -98,7 +98,7 @@ def write_with_delta_spark(
     # next ask finds committed, with no durable record yet (the ask writes it). The delta-rs
     # engine's point between its commit and its record stands for the same moment.
     fault_point("before_record")
-    after = ask(table_uri, batch, generation)
+    after = ask(ref, batch, generation)
     if not after.committed:
         raise BatchError(batch.label, "Delta Spark returned but the table has no marker for the batch")
     return _ours(after, manifest), after

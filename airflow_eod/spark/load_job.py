@@ -42,7 +42,7 @@ from airflow_eod.core.result import (
     result_from_status,
 )
 from airflow_eod.core.settle import settle_committed
-from airflow_eod.core.table_layout import attempt_dir, table_dir
+from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.sources import Credentials, ReadContext, Source
 from airflow_eod.spark import jvm_log
 from airflow_eod.spark.bad_records import MalformedSplit, single_pass, split_malformed
@@ -85,7 +85,7 @@ def _partitioning(spec: LoadSpec) -> list[str]:
     """The partition columns to stage with: the table's own once it exists. Staging files
     unpartitioned into a partitioned table would commit rows whose partition column reads
     back as null; a ``partition_by`` that disagrees with the table fails the schema check."""
-    table = open_table(spec.table_uri)
+    table = open_table(spec.table)
     if table is None or not table.metadata().partition_columns:
         return list(spec.partition_by)
     return list(spec.partition_by) or list(table.metadata().partition_columns)
@@ -112,7 +112,7 @@ def _write(
         source.verify(plan, ctx)
         return write_with_delta_spark(
             spark_df,
-            spec.table_uri,
+            spec.table,
             batch,
             spec.generation,
             manifest,
@@ -128,14 +128,14 @@ def _write(
     with jvm_log.held(spark_df.sparkSession if expected_failure else None) as hold:
         try:
             staged = stage_dataframe(
-                spark_df, spec.table_uri, batch, spec.generation, spec.attempt_id, _partitioning(spec)
+                spark_df, spec.table, batch, spec.generation, spec.attempt_id, _partitioning(spec)
             )
         except Exception as exc:
             # What the failed write's tasks left goes now: only this attempt writes its
             # directory and nothing will commit it, and a refused batch may never reach the
             # batch's cleanup.
             try:
-                where = table_dir(spec.table_uri, attempt_dir(batch, spec.generation, spec.attempt_id))
+                where = spec.table.dir(attempt_dir(batch, spec.generation, spec.attempt_id))
             except UnsafePathError:
                 pass  # a link leads out of the table: nothing was written there, nothing is removed
             else:
@@ -149,7 +149,7 @@ def _write(
     source.verify(plan, ctx)  # an input that changed while Spark read it fails here
     fault_point("after_stage")
     return commit_batch(
-        spec.table_uri,
+        spec.table,
         batch,
         spec.generation,
         staged,
@@ -187,14 +187,14 @@ def _run_load(
     batch = plan.key
     source = spec.source
     ctx = ReadContext(spark_factory=lambda: spark, credentials=credentials, schema_drift=spec.schema_drift)
-    table = open_table(spec.table_uri)
+    table = open_table(spec.table)
     status = ask_table(table, batch, spec.generation)
     if status.committed:
         log.info(
             "batch %s: already committed (generation %s); writing nothing", batch, status.committed_generation
         )
-        settle_committed(spec.table_uri, status)
-        return result_from_status(spec.table_uri, status, ALREADY_COMMITTED)
+        settle_committed(spec.table, status)
+        return result_from_status(spec.table, status, ALREADY_COMMITTED)
     manifest = Manifest(
         pipeline_id=batch.pipeline_id,
         batch_key=batch.key,
@@ -214,7 +214,7 @@ def _run_load(
     try:
         if table is not None and spec.engine == "delta-rs":
             # A table the engine cannot honour is refused before anything is read or staged.
-            table_compat.check_writable(table, spec.table_uri)
+            table_compat.check_writable(table, spec.table)
             if spec.restate:
                 refuse_append_only(table, batch.label)
         if not spec.restate:
@@ -238,26 +238,26 @@ def _run_load(
                 read_batch(source, plan, ctx), batch.label, quarantine=spec.quarantine_table_uri is not None
             )
         df, bad = split.good, split.bad
-        if spec.quarantine_table_uri is not None:
+        if spec.quarantine_table is not None:
             # Staged, not committed: the rejects ride in the main commit as its outbox.
             outbox = stage_outbox(
-                spec.quarantine_table_uri,
+                spec.quarantine_table,
                 batch,
                 spec.generation,
                 spec.attempt_id,
                 bad,
                 replace_previous=spec.restate or spec.generation > 0,
-                main_table_uri=spec.table_uri,
+                main=spec.table,
             )
             manifest = with_outbox(manifest, outbox)
         if fn is not None:
             df = fn(df)
         ours, status = _write(df, spec, plan, manifest, source, ctx, split)
     except Exception as exc:
-        decided = decide_after_failure(spec.table_uri, batch, spec.generation, exc)
+        decided = decide_after_failure(spec.table, batch, spec.generation, exc)
         if decided is not None:
             # A racer (or this attempt, before it failed) committed: its outbox is due too.
-            deliver_outbox(spec.table_uri, ask(spec.table_uri, batch, spec.generation))
+            deliver_outbox(spec.table, ask(spec.table, batch, spec.generation))
             return decided
         if isinstance(exc, InputChangedError) and spec.engine == "delta-spark":
             # The re-freeze the source's message names is a restatement, which this engine
@@ -272,7 +272,7 @@ def _run_load(
         if split is not None:
             split.release()
     fault_point("after_commit")
-    settle_committed(spec.table_uri, status)
+    settle_committed(spec.table, status)
     outcome = COMMITTED if ours else ALREADY_COMMITTED
     log.info(
         "batch %s: %s generation %s at table version %s",
@@ -281,4 +281,4 @@ def _run_load(
         status.committed_generation,
         status.table_version,
     )
-    return result_from_status(spec.table_uri, status, outcome)
+    return result_from_status(spec.table, status, outcome)

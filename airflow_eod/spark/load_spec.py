@@ -17,7 +17,8 @@ from airflow_eod.core.delta.compat import SCHEMA_FAIL
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.options import ENGINES, SCHEMA_POLICIES, check_engine_options, choice
 from airflow_eod.core.planlog.store import Plan
-from airflow_eod.core.table_layout import normalise, path_part
+from airflow_eod.core.table_layout import path_part
+from airflow_eod.core.table_ref import TableRef
 
 if TYPE_CHECKING:
     from airflow_eod.core.load_flow import FrozenBatch
@@ -58,7 +59,7 @@ class LoadSettings:
 class LoadSpec:
     """Everything a driver needs to load one planned batch (no credentials).
 
-    :param table_uri: the target Delta table.
+    :param table: the target Delta table (``table_uri`` in the spec's JSON).
     :param plan: the frozen plan, at the generation to commit.
     :param source: the source.
     :param partition_by: partition columns for a table this load creates.
@@ -74,7 +75,7 @@ class LoadSpec:
     :param quarantine_table_uri: where malformed records go; unset: they fail the batch.
     """
 
-    table_uri: str
+    table: TableRef
     plan: Plan
     source: Source
     partition_by: list[str] = field(default_factory=list)
@@ -95,7 +96,7 @@ class LoadSpec:
         check_engine_options(
             self.engine, restate=self.restate, quarantine_table_uri=self.quarantine_table_uri
         )
-        if self.quarantine_table_uri and normalise(self.quarantine_table_uri) == normalise(self.table_uri):
+        if self.quarantine_table is not None and self.quarantine_table == self.table:
             raise ConfigurationError("quarantine_table_uri must be another table than table_uri")
         if not self.attempt_id:
             self.attempt_id = uuid.uuid4().hex[:16]
@@ -103,12 +104,12 @@ class LoadSpec:
 
     @classmethod
     def for_batch(
-        cls, table_uri: str, frozen: FrozenBatch, source: Source, settings: LoadSettings | None = None
+        cls, ref: TableRef, frozen: FrozenBatch, source: Source, settings: LoadSettings | None = None
     ) -> LoadSpec:
         """The spec that loads ``frozen`` with ``settings`` (the defaults when ``None``)."""
         settings = settings or LoadSettings()
         return cls(
-            table_uri=table_uri,
+            table=ref,
             plan=frozen.plan,
             source=source,
             partition_by=list(settings.partition_by),
@@ -138,11 +139,17 @@ class LoadSpec:
         )
 
     @property
+    def quarantine_table(self) -> TableRef | None:
+        """The quarantine table, or ``None`` when malformed records fail the batch."""
+        return None if self.quarantine_table_uri is None else TableRef.parse(self.quarantine_table_uri)
+
+    @property
     def generation(self) -> int:
         return self.plan.generation
 
     def to_json(self) -> str:
         data: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["table_uri"] = data.pop("table").location  # the wire name since the first release
         data["plan"] = asdict(self.plan)
         data["source"] = self.source.to_dict()
         return json.dumps(data, sort_keys=True)
@@ -154,6 +161,7 @@ class LoadSpec:
         from airflow_eod.sources import source_from_dict
 
         data = bounded_json.loads(text)
+        data["table"] = TableRef.parse(data.pop("table_uri"))
         data["plan"] = Plan(**data["plan"])
         data["source"] = source_from_dict(data["source"])
         return cls(**data)

@@ -15,7 +15,8 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.delta.parquet_stats import file_stats
 from airflow_eod.core.errors import BatchRefusedError, UnsafePathError
 from airflow_eod.core.staged_files import StagedBatch, StagedFile
-from airflow_eod.core.table_layout import attempt_dir, local_path, table_dir
+from airflow_eod.core.table_layout import attempt_dir
+from airflow_eod.core.table_ref import TableRef
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -70,7 +71,7 @@ def _ascii_partition_dirs(out: str, label: str) -> None:
 
 def stage_dataframe(
     df: DataFrame,
-    table_uri: str,
+    ref: TableRef,
     batch: BatchKey,
     generation: int,
     attempt_id: str,
@@ -78,11 +79,11 @@ def stage_dataframe(
 ) -> StagedBatch:
     """Write ``df`` as Parquet under the attempt's directory and describe the files."""
     _check_partitions(df, partition_by, batch.label)
-    root = local_path(table_uri)
+    root = ref.path
     rel_dir = attempt_dir(batch, generation, attempt_id)
     try:
         # Refused if a link in the table leads the attempt's directory out of it.
-        out = table_dir(table_uri, rel_dir)
+        out = ref.dir(rel_dir)
     except UnsafePathError as exc:
         raise UnsafePathError(batch.label, f"{exc.cause}; nothing was written") from None
     writer = df.write.mode("errorifexists").format("parquet")

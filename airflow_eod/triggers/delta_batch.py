@@ -17,6 +17,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.result import COMMITTED, result_from_status
+from airflow_eod.core.table_ref import TableRef
 
 # The ``status`` of the one event the trigger yields.
 SUCCESS = "success"
@@ -85,6 +86,7 @@ class DeltaBatchTrigger(BaseTrigger):
         """Ask until the batch is committed, an ask fails, or ``timeout_at`` passes."""
         try:
             batch = BatchKey(self.pipeline_id, self.batch_key)
+            table = TableRef.parse(self.table_uri)  # the trigger's serialized form holds the string
         except Exception as exc:
             yield self._error(exc)
             return
@@ -92,12 +94,12 @@ class DeltaBatchTrigger(BaseTrigger):
             try:
                 # The ask reads the Delta log with blocking file I/O: in a thread, so that it
                 # never stalls the triggerer's event loop and the other triggers on it.
-                status = await asyncio.to_thread(ask, self.table_uri, batch, self.generation)
+                status = await asyncio.to_thread(ask, table, batch, self.generation)
             except Exception as exc:
                 yield self._error(exc)
                 return
             if status.committed:
-                result = result_from_status(self.table_uri, status, COMMITTED)
+                result = result_from_status(table, status, COMMITTED)
                 self.log.info("batch %s: committed (table version %s)", batch, result.table_version)
                 yield TriggerEvent({"status": SUCCESS, "batch": self._label, "result": result.to_dict()})
                 return

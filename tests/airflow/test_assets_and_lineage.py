@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from airflow_eod.core.result import LoadResult
-from airflow_eod.core.table_layout import table_asset_uri
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.operators.jdbc_to_delta import JdbcToDeltaOperator
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
@@ -40,7 +40,7 @@ def test_the_table_is_the_loads_outlet_asset() -> None:
 
     (asset,) = _load_op("/lake/or ders#1").outlets
     assert isinstance(asset, Asset) and asset.uri == "file:///lake/or%20ders%231"
-    assert _load_op("file:///lake/orders").outlets[0].uri == table_asset_uri("/lake/orders")
+    assert _load_op("file:///lake/orders").outlets[0].uri == TableRef.parse("/lake/orders").asset_uri
     assert _load_op("{{ params.table }}").outlets == [], "a templated table has no URI at parse time"
     mine = Asset(uri="file:///elsewhere")
     assert _load_op("/lake/orders", outlets=[mine]).outlets == [mine], "an explicit outlet is kept"
@@ -80,7 +80,7 @@ def test_the_asset_event_of_a_load_carries_the_batch(
         events = session.scalars(
             select(AssetEvent)
             .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
-            .where(AssetModel.uri == table_asset_uri(table))
+            .where(AssetModel.uri == TableRef.parse(table).asset_uri)
         ).all()
         extras = [dict(e.extra) for e in events]
     assert len(extras) == 1, extras

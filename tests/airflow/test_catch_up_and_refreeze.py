@@ -35,6 +35,7 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import ConfigurationError, InputChangedError
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, NO_NEW_DATA
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from tests.conftest import REPO
 from tests.support.helpers import check, load_dag_file, task_tries, xcom_value
@@ -132,7 +133,7 @@ def test_the_changed_input_error_names_the_conf_way_out(spark: Any, tmp_path: An
     write_order_files(landing, 2, 10)
     op = _landing_op(landing, table, "cu.msg")
     frozen = op.build_source().plan(
-        PlanLog(table, "cu.msg"), run_token="crashed-run", is_committed=lambda k: False
+        PlanLog(TableRef.parse(table), "cu.msg"), run_token="crashed-run", is_committed=lambda k: False
     )
     assert frozen is not None
     _rewrite(landing, 7, seed=99)
@@ -200,7 +201,7 @@ def test_a_run_with_conf_refreezes_a_changed_batch_without_a_dag_change(
     frozen = (
         module.dag.get_task("load_a")
         .build_source()
-        .plan(PlanLog(table_a, "rf.a"), run_token="crashed-run", is_committed=lambda k: False)
+        .plan(PlanLog(TableRef.parse(table_a), "rf.a"), run_token="crashed-run", is_committed=lambda k: False)
     )
     assert frozen is not None
     _rewrite(a, 7, seed=99)
@@ -227,7 +228,7 @@ def test_a_run_with_conf_refreezes_a_changed_batch_without_a_dag_change(
     # rf.b was not named: nothing new for it, and its committed batch stays generation 0.
     result_b = xcom_value(run2.run_id, "load_b")
     assert result_b["outcome"] == NO_NEW_DATA, result_b
-    assert ask(table_b, BatchKey("rf.b", loaded_b["batch_key"])).committed_generation == 0
+    assert ask(TableRef.parse(table_b), BatchKey("rf.b", loaded_b["batch_key"])).committed_generation == 0
     assert DeltaTable(table_b).version() == 0
     assert len(DeltaTable(table_b).to_pyarrow_table()) == 10, "rf.b's table still holds its old rows"
 
@@ -320,7 +321,7 @@ def test_a_long_catch_up_keeps_its_result_small() -> None:
             return LoadResult("p", None, None, None, 0, 0, NO_NEW_DATA, "/t")
         return LoadResult("p", f"o-{n:08d}-x", 0, n, 10, 1, COMMITTED, "/t")
 
-    done = load_batches(LoadRequest(table_uri="/t", pipeline_id="p", run_token="r"), load_one)
+    done = load_batches(LoadRequest(table=TableRef.parse("/t"), pipeline_id="p", run_token="r"), load_one)
     assert isinstance(done, CatchUpResult) and done.drained and len(done.batches) == 250
     out = done.to_dict()
     assert (out["batch_count"], out["batches_omitted"], len(out["batches"])) == (250, 150, 100)
@@ -369,7 +370,7 @@ def test_a_catch_up_run_that_dies_in_batch_2_resumes_on_retry(
     with pytest.raises(faults.InjectedFault):
         op.execute(_ctx("run-1", 1))
     monkeypatch.delenv("EOD_FAULTPOINTS")
-    log = PlanLog(table, "cu.crash")
+    log = PlanLog(TableRef.parse(table), "cu.crash")
     frozen_2 = log.get_offset_plan(1)
     write_order_files(landing, 1, 5, first_id=900)  # arrives between the tries
     done = op.execute(_ctx("run-1", 2))
@@ -412,7 +413,7 @@ def test_two_catch_up_runs_at_once_commit_each_batch_once(
     assert all(isinstance(r, dict) for r in results.values()), results
     commits = _txn_commits(table)
     assert len(commits) == 4 == len({app for app, _ in commits}), commits
-    log = PlanLog(table, "cu.race")
+    log = PlanLog(TableRef.parse(table), "cu.race")
     assert log.newest_offset_seq() == 3, "four batches, no batch planned twice"
     committed_by = {}
     for run_id, result in results.items():
@@ -461,22 +462,22 @@ def test_decided_specs_go_and_every_other_file_stays(tmp_path: Any) -> None:
 
     table = str(tmp_path / "table")
     batch, other = BatchKey("p", "o-00000000-aa"), BatchKey("p", "o-00000001-bb")
-    old = spec_path(table, batch, 0, "attempt0")
-    mine = spec_path(table, batch, 1, "attempt1")
-    newer = spec_path(table, batch, 2, "attempt2")
-    theirs = spec_path(table, other, 0, "attempt3")
+    old = spec_path(TableRef.parse(table), batch, 0, "attempt0")
+    mine = spec_path(TableRef.parse(table), batch, 1, "attempt1")
+    newer = spec_path(TableRef.parse(table), batch, 2, "attempt2")
+    theirs = spec_path(TableRef.parse(table), other, 0, "attempt3")
     outside = str(tmp_path / "outside.json")
     for path in (old, mine, newer, theirs, old + ".error.json", outside):
         with open(path, "w") as fh:
             fh.write("{}")
-    link = spec_path(table, batch, 0, "link")
+    link = spec_path(TableRef.parse(table), batch, 0, "link")
     os.symlink(outside, link)
     with open(os.path.join(os.path.dirname(old), "notes.txt"), "w") as fh:
         fh.write("x")
     undecided = BatchStatus(batch, 1, None, None, None, None)
-    assert remove_decided_specs(table, undecided) == []
+    assert remove_decided_specs(TableRef.parse(table), undecided) == []
     decided = BatchStatus(batch, 1, 1, 3, None, 3)
-    assert sorted(remove_decided_specs(table, decided)) == sorted(
+    assert sorted(remove_decided_specs(TableRef.parse(table), decided)) == sorted(
         os.path.basename(p) for p in (old, old + ".error.json", mine)
     )
     left = sorted(os.listdir(os.path.join(table, SPECS_DIR)))

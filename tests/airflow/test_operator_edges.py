@@ -23,6 +23,7 @@ from airflow_eod.airflow_exceptions import AirflowFailException
 from airflow_eod.core.delta.compat import check_schema
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, ConfigurationError, SchemaMismatchError
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
 from airflow_eod.sources.landing_files import LandingFilesSource
@@ -102,7 +103,7 @@ def test_a_not_null_column_the_batch_lacks_points_to_the_schema_not_add_columns(
     batch = json.dumps(
         {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
     )
-    log = open_table(table)
+    log = open_table(TableRef.parse(table))
     assert log is not None
     with pytest.raises(SchemaMismatchError) as err:
         check_schema(log, batch, [], "p/k")

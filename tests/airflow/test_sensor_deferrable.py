@@ -19,6 +19,7 @@ import pytest
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sensors.delta_batch import DeltaBatchSensor
 from airflow_eod.triggers.delta_batch import DeltaBatchTrigger
 from tests.conftest import REPO
@@ -38,9 +39,11 @@ def _key(day: int) -> BatchKey:
 
 def _commit(table: str, key: BatchKey, rows: list[int]) -> None:
     """Plan and commit ``key`` at generation 0 through the real commit engine."""
-    plan = PlanLog(table, PIPE).put_plan(Plan(PIPE, key.key, "interval", {"key": key.key}, []))
+    plan = PlanLog(TableRef.parse(table), PIPE).put_plan(
+        Plan(PIPE, key.key, "interval", {"key": key.key}, [])
+    )
     staged, manifest = stage_rows(table, plan, 0, key.key, rows)
-    ours, status = commit_batch(table, plan.key, 0, staged, manifest)
+    ours, status = commit_batch(TableRef.parse(table), plan.key, 0, staged, manifest)
     assert ours and status.committed_generation == 0
 
 

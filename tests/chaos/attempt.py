@@ -34,6 +34,7 @@ from typing import Any
 from airflow_eod.core.faults import ENV_VAR
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.settle import settle_committed
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, ReadContext, source_from_dict
 from airflow_eod.spark.load_spec import LoadSettings
@@ -55,7 +56,7 @@ def run_attempt(args: dict[str, object], session: Callable[[], object]) -> str:
     creds = Credentials(*args["credentials"]) if args["credentials"] else None  # type: ignore[misc]
     interval = tuple(datetime.fromisoformat(t) for t in args["interval"]) if args["interval"] else None  # type: ignore[attr-defined]
     request = LoadRequest(
-        args["table"],  # type: ignore[arg-type]
+        TableRef.parse(args["table"]),  # type: ignore[arg-type]
         args["pipeline_id"],  # type: ignore[arg-type]
         args["run_token"],  # type: ignore[arg-type]
         interval=interval,  # type: ignore[arg-type]
@@ -68,8 +69,14 @@ def run_attempt(args: dict[str, object], session: Callable[[], object]) -> str:
         request,
         source,
         ReadContext(spark_factory=session, credentials=creds),  # type: ignore[arg-type]
-        run=local_run(session, table, source, credentials=creds, settings=LoadSettings(**args["settings"])),  # type: ignore[arg-type]
-        settle=lambda status: settle_committed(table, status),
+        run=local_run(
+            session,
+            TableRef.parse(table),
+            source,
+            credentials=creds,
+            settings=LoadSettings(**args["settings"]),
+        ),  # type: ignore[arg-type]
+        settle=lambda status: settle_committed(TableRef.parse(table), status),
     )
     return result.outcome
 

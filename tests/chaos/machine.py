@@ -50,6 +50,7 @@ from airflow_eod.core.errors import (
 from airflow_eod.core.faults import ENV_VAR, POINTS, InjectedFault
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.settle import settle_committed
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, ReadContext
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
@@ -367,7 +368,7 @@ class ChaosMachine(RuleBasedStateMachine):
 
     def _request(self, run: Run, try_no: int) -> tuple[LoadRequest, Any, dict[str, Any]]:
         request = LoadRequest(
-            self.target(run.pipe),
+            TableRef.parse(self.target(run.pipe)),
             run.pipe.pipeline_id,
             run.token,
             interval=run.interval,
@@ -413,9 +414,13 @@ class ChaosMachine(RuleBasedStateMachine):
                 source,
                 ReadContext(spark_factory=lambda: spark, credentials=creds),
                 run=local_run(
-                    lambda: spark, target, source, credentials=creds, settings=LoadSettings(**settings)
+                    lambda: spark,
+                    TableRef.parse(target),
+                    source,
+                    credentials=creds,
+                    settings=LoadSettings(**settings),
                 ),
-                settle=lambda status: settle_committed(target, status),
+                settle=lambda status: settle_committed(TableRef.parse(target), status),
             )
         except InjectedFault as exc:
             if run.pipe.name == "jdbci" and run.interval is not None:

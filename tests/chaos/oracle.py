@@ -24,6 +24,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.compare import read_rows_by_log
 from tests.chaos.spark_writer import FOREIGN_ID, ForeignRows
 from tests.chaos.world import COLUMNS, NEVER, OPTIONAL, REQUIRED, PathState, World, extra_value
@@ -297,13 +298,13 @@ def committed_batches(table: str, pipeline_id: str) -> list[Committed]:
     if not os.path.isdir(os.path.join(table, "_delta_log")):
         return []
     out: list[Committed] = []
-    for summary in table_status(table):
+    for summary in table_status(TableRef.parse(table)):
         if summary.pipeline_id != pipeline_id:
             continue
         for b in summary.committed:
             assert b.generation is not None
-            status = ask(table, BatchKey(pipeline_id, b.batch_key))
-            plan = PlanLog(table, pipeline_id).get_plan(b.batch_key, b.generation)
+            status = ask(TableRef.parse(table), BatchKey(pipeline_id, b.batch_key))
+            plan = PlanLog(TableRef.parse(table), pipeline_id).get_plan(b.batch_key, b.generation)
             assert status.manifest is not None and plan is not None, b
             bound = status.manifest.boundary
             if "start" in bound:

@@ -18,6 +18,7 @@ from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.table_ref import TableRef
 from tests.support.helpers import stage_data
 
 PIPE = "tests.edges"
@@ -30,10 +31,10 @@ def _day(day: int) -> str:
 def _load(table: str, day: int, rows: int = 3) -> None:
     """Plan and commit the interval batch of November ``day`` (``rows`` rows)."""
     key = _day(day)
-    PlanLog(table, PIPE).put_plan(Plan(PIPE, key, "interval", {"day": day}, []))
+    PlanLog(TableRef.parse(table), PIPE).put_plan(Plan(PIPE, key, "interval", {"day": day}, []))
     batch = BatchKey(PIPE, key)
     data = pa.table({"id": pa.array(range(day * 100, day * 100 + rows), pa.int64())})
-    ours, status = commit_batch(table, batch, 0, *stage_data(table, batch, data))
+    ours, status = commit_batch(TableRef.parse(table), batch, 0, *stage_data(table, batch, data))
     assert ours and status.committed_generation == 0
 
 
@@ -78,7 +79,9 @@ def test_a_copy_of_a_batch_file_beside_another_writers_twin_is_still_a_duplicate
 def test_ask_tells_a_mistyped_pipeline_and_an_unplanned_batch_from_not_yet(table: str, capsys: Any) -> None:
     """Before: all three read `committed: false` with exit 1, like a batch not loaded yet."""
     _load(table, 20)
-    PlanLog(table, PIPE).put_plan(Plan(PIPE, _day(21), "interval", {"day": 21}, []))  # planned only
+    PlanLog(TableRef.parse(table), PIPE).put_plan(
+        Plan(PIPE, _day(21), "interval", {"day": 21}, [])
+    )  # planned only
 
     def ask(pipeline: str, key: str) -> tuple[int, dict[str, Any], str]:
         code = main(["ask", table, "--pipeline", pipeline, "--batch", key])
@@ -107,7 +110,9 @@ def test_status_shows_the_gaps_between_loaded_intervals(table: str, capsys: Any)
     """Before: a missing day (the 22nd between the 21st and the 23rd) was not flagged."""
     for day in (20, 21, 23, 26):
         _load(table, day)
-    PlanLog(table, PIPE).put_plan(Plan(PIPE, _day(24), "interval", {"day": 24}, []))  # planned only
+    PlanLog(TableRef.parse(table), PIPE).put_plan(
+        Plan(PIPE, _day(24), "interval", {"day": 24}, [])
+    )  # planned only
     assert main(["status", table]) == 0
     out = capsys.readouterr().out
     assert f"pipeline {PIPE}: 4 committed, 1 planned but not committed, 12 rows, 2 GAPs" in out
@@ -143,9 +148,14 @@ def test_status_shows_no_gap_for_contiguous_or_overlapping_intervals(table: str,
     for day in (20, 21, 22):
         _load(table, day)
     key = "i-20261122T120000Z-20261123T120000Z"  # half a day past the 22nd
-    PlanLog(table, PIPE).put_plan(Plan(PIPE, key, "interval", {}, []))
+    PlanLog(TableRef.parse(table), PIPE).put_plan(Plan(PIPE, key, "interval", {}, []))
     batch = BatchKey(PIPE, key)
-    commit_batch(table, batch, 0, *stage_data(table, batch, pa.table({"id": pa.array([1], pa.int64())})))
+    commit_batch(
+        TableRef.parse(table),
+        batch,
+        0,
+        *stage_data(table, batch, pa.table({"id": pa.array([1], pa.int64())})),
+    )
     assert main(["status", table, "--json"]) == 0
     (body,) = json.loads(capsys.readouterr().out)
     assert body["gaps"] == [] and len(body["batches"]) == 4

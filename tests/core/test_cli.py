@@ -15,6 +15,7 @@ from airflow_eod.cli import main
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.table_ref import TableRef
 from tests.support.helpers import stage_data
 
 
@@ -23,7 +24,10 @@ def loaded(table: str) -> str:
     for day in (20, 21):
         key = BatchKey("tests.cli", f"i-202611{day}T000000Z-202611{day + 1}T000000Z")
         commit_batch(
-            table, key, 0, *stage_data(table, key, pa.table({"id": pa.array(range(day), pa.int64())}))
+            TableRef.parse(table),
+            key,
+            0,
+            *stage_data(table, key, pa.table({"id": pa.array(range(day), pa.int64())})),
         )
     return table
 
@@ -42,7 +46,7 @@ def test_check_exit_codes(loaded: str, capsys: Any) -> None:
     )
     assert json.loads(capsys.readouterr().out)["committed"] is False
     key = "i-20261122T000000Z-20261123T000000Z"
-    PlanLog(loaded, "tests.cli").put_plan(Plan("tests.cli", key, "interval", {}, []))
+    PlanLog(TableRef.parse(loaded), "tests.cli").put_plan(Plan("tests.cli", key, "interval", {}, []))
     assert main(["ask", loaded, "--pipeline", "tests.cli", "--batch", key]) == 1
     assert json.loads(capsys.readouterr().out)["committed"] is False
 

@@ -20,6 +20,7 @@ from airflow_eod.core.delta.parquet_stats import file_stats
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.table_layout import attempt_dir
+from airflow_eod.core.table_ref import TableRef
 from tests.support.helpers import LOST_VERSION_RACE, commit_log, lost_races, stage_data
 
 BATCH = BatchKey("tests.engine", "i-20261120T000000Z-20261121T000000Z")
@@ -33,7 +34,7 @@ def rows(n: int, start: int = 0) -> pa.Table:
 
 def test_commit_lands_data_marker_and_manifest_in_one_commit(table: str) -> None:
     staged, manifest = stage_data(table, BATCH, rows(5))
-    ours, status = commit_batch(table, BATCH, 0, staged, manifest)
+    ours, status = commit_batch(TableRef.parse(table), BATCH, 0, staged, manifest)
     assert ours and status.committed and status.table_version == 0
     assert status.manifest == manifest
     log0 = [json.loads(line) for line in open(os.path.join(table, "_delta_log", "00000000000000000000.json"))]
@@ -47,21 +48,21 @@ def test_commit_lands_data_marker_and_manifest_in_one_commit(table: str) -> None
 
 
 def test_a_second_commit_of_the_same_batch_writes_nothing(table: str) -> None:
-    commit_batch(table, BATCH, 0, *stage_data(table, BATCH, rows(5)))
+    commit_batch(TableRef.parse(table), BATCH, 0, *stage_data(table, BATCH, rows(5)))
     staged, manifest = stage_data(table, BATCH, rows(5))
-    ours, status = commit_batch(table, BATCH, 0, staged, manifest)
+    ours, status = commit_batch(TableRef.parse(table), BATCH, 0, staged, manifest)
     assert not ours and status.committed
     assert DeltaTable(table).version() == 0
-    assert remove_uncommitted_attempts(table, status) == [staged.attempt_dir]
+    assert remove_uncommitted_attempts(TableRef.parse(table), status) == [staged.attempt_dir]
     assert not os.path.exists(os.path.join(table, staged.attempt_dir))
 
 
 def test_batches_committed_out_of_order_are_all_kept(table: str) -> None:
     later = BatchKey("tests.engine", "i-20261121T000000Z-20261122T000000Z")
     earlier = BatchKey("tests.engine", "i-20261119T000000Z-20261120T000000Z")
-    assert commit_batch(table, later, 0, *stage_data(table, later, rows(3, 100)))[0]
-    assert commit_batch(table, earlier, 0, *stage_data(table, earlier, rows(4, 0)))[0]
-    assert ask(table, later).committed and ask(table, earlier).committed
+    assert commit_batch(TableRef.parse(table), later, 0, *stage_data(table, later, rows(3, 100)))[0]
+    assert commit_batch(TableRef.parse(table), earlier, 0, *stage_data(table, earlier, rows(4, 0)))[0]
+    assert ask(TableRef.parse(table), later).committed and ask(TableRef.parse(table), earlier).committed
     got = sorted(pa.table(DeltaTable(table).to_pyarrow_table())["id"].to_pylist())
     assert got == [0, 1, 2, 3, 100, 101, 102]
 
@@ -73,7 +74,7 @@ def _race(args: tuple[str, int]) -> tuple[bool, int]:
     # empty or stale view at about the same moment.
     staged, manifest = stage_data(table, BATCH, rows(10), attempt=f"racer{i}")
     with commit_log() as messages:
-        ours = commit_batch(table, BATCH, 0, staged, manifest)[0]
+        ours = commit_batch(TableRef.parse(table), BATCH, 0, staged, manifest)[0]
     return ours, lost_races("\n".join(messages))
 
 
@@ -81,7 +82,7 @@ def _race(args: tuple[str, int]) -> tuple[bool, int]:
 def test_racing_processes_commit_a_batch_exactly_once(table: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # The table exists first, so the race is on the batch's marker, not on creation.
     other = BatchKey("tests.engine", "seed")
-    commit_batch(table, other, 0, *stage_data(table, other, rows(1, 1000)))
+    commit_batch(TableRef.parse(table), other, 0, *stage_data(table, other, rows(1, 1000)))
     monkeypatch.setenv("EOD_FAULTPOINTS", "before_commit=sleep:1")
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         results = pool.map(_race, [(table, i) for i in range(4)])
@@ -107,12 +108,12 @@ def test_racing_processes_creating_the_table_commit_once(table: str, monkeypatch
 
 
 def test_schema_drift_is_refused_and_the_table_is_unchanged(table: str) -> None:
-    commit_batch(table, BATCH, 0, *stage_data(table, BATCH, rows(2)))
+    commit_batch(TableRef.parse(table), BATCH, 0, *stage_data(table, BATCH, rows(2)))
     drifted = BatchKey("tests.engine", "drifted")
     data = rows(2).append_column("extra", pa.array([1.0, 2.0]))
     with pytest.raises(SchemaMismatchError, match=r"batch tests.engine/drifted: .*new column extra"):
-        commit_batch(table, drifted, 0, *stage_data(table, drifted, data))
-    assert DeltaTable(table).version() == 0 and not ask(table, drifted).committed
+        commit_batch(TableRef.parse(table), drifted, 0, *stage_data(table, drifted, data))
+    assert DeltaTable(table).version() == 0 and not ask(TableRef.parse(table), drifted).committed
 
 
 def test_tables_with_constraints_are_refused(table: str) -> None:
@@ -121,7 +122,7 @@ def test_tables_with_constraints_are_refused(table: str) -> None:
     dt.alter.add_constraint({"id_positive": "id >= 0"})
     version = DeltaTable(table).version()
     with pytest.raises(UnsupportedTableError, match="CHECK constraints \\(id_positive\\)"):
-        commit_batch(table, BATCH, 0, *stage_data(table, BATCH, rows(2)))
+        commit_batch(TableRef.parse(table), BATCH, 0, *stage_data(table, BATCH, rows(2)))
     assert DeltaTable(table).version() == version
 
 
@@ -129,7 +130,7 @@ def test_a_directory_that_is_not_a_delta_table_is_refused(table: str) -> None:
     os.makedirs(table)
     open(os.path.join(table, "somebody-elses.csv"), "w").close()
     with pytest.raises(UnsupportedTableError, match="is not a Delta table"):
-        commit_batch(table, BATCH, 0, *stage_data(table, BATCH, rows(2)))
+        commit_batch(TableRef.parse(table), BATCH, 0, *stage_data(table, BATCH, rows(2)))
 
 
 def test_stats_are_exact_or_absent(tmp_path: Any) -> None:
@@ -167,7 +168,7 @@ def _paused_commit(table: str, queue: Any) -> None:
     # EOD_FAULTPOINTS="before_commit=sleep:4" comes from the test, set while it started us.
     staged, manifest = stage_data(table, BATCH, rows(10), attempt="paused")
     with commit_log() as messages:
-        ours, status = commit_batch(table, BATCH, 0, staged, manifest)
+        ours, status = commit_batch(TableRef.parse(table), BATCH, 0, staged, manifest)
     queue.put((ours, status.committed, status.manifest.attempt_id if status.manifest else None, messages))
 
 
@@ -177,7 +178,7 @@ def test_an_attempt_that_asked_before_a_racer_committed_is_fenced(
 ) -> None:
     """The loser's ask and commit share a snapshot; the racer's marker makes its commit fail."""
     other = BatchKey("tests.engine", "seed")
-    commit_batch(table, other, 0, *stage_data(table, other, rows(1, 1000)))
+    commit_batch(TableRef.parse(table), other, 0, *stage_data(table, other, rows(1, 1000)))
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     paused = ctx.Process(target=_paused_commit, args=(table, queue))
@@ -194,7 +195,7 @@ def test_an_attempt_that_asked_before_a_racer_committed_is_fenced(
         time.sleep(0.05)
     time.sleep(1.5)
     staged, manifest = stage_data(table, BATCH, rows(10), attempt="winner")
-    assert commit_batch(table, BATCH, 0, staged, manifest)[0]
+    assert commit_batch(TableRef.parse(table), BATCH, 0, staged, manifest)[0]
     ours, committed, attempt, messages = queue.get(timeout=60)
     paused.join(60)
     assert (ours, committed, attempt) == (False, True, "winner")
@@ -210,7 +211,9 @@ def _evolving_commit(table: str, queue: Any, pause: float) -> None:
     data = rows(3, 50).append_column("extra", pa.array([1.0, 2.0, 3.0]))
     staged, manifest = stage_data(table, batch, data, attempt=f"p{pause}")
     with commit_log() as messages:
-        ours, status = commit_batch(table, batch, 0, staged, manifest, schema_policy="add_columns")
+        ours, status = commit_batch(
+            TableRef.parse(table), batch, 0, staged, manifest, schema_policy="add_columns"
+        )
     queue.put((ours, status.committed, lost_races("\n".join(messages))))
 
 
@@ -218,7 +221,7 @@ def _evolving_commit(table: str, queue: Any, pause: float) -> None:
 def test_racing_schema_widening_commits_land_once(table: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The schema-widening commit is written by airflow-eod itself; a racer that took the
     version first makes it go back to the ask instead of overwriting."""
-    commit_batch(table, BATCH, 0, *stage_data(table, BATCH, rows(2)))
+    commit_batch(TableRef.parse(table), BATCH, 0, *stage_data(table, BATCH, rows(2)))
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_evolving_commit, args=(table, queue, p)) for p in (3.0, 0.0)]

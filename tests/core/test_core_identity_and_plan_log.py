@@ -12,6 +12,7 @@ import pytest
 from airflow_eod.core.batch import BatchKey, validate_pipeline_id
 from airflow_eod.core.errors import ConfigurationError, InputChangedError, PlanLogError
 from airflow_eod.core.planlog.store import OFFSETS, Plan, PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from airflow_eod.sources.landing_files import LandingFilesSource
 
@@ -57,7 +58,7 @@ def _plan(seq: int, inputs: list[dict[str, object]]) -> Plan:
 
 
 def test_put_plan_is_put_if_absent_under_a_race(tmp_path: object) -> None:
-    log = PlanLog(str(tmp_path), "p")
+    log = PlanLog(TableRef.parse(str(tmp_path)), "p")
     winners: list[str] = []
     got_own: list[bool] = []
     barrier = threading.Barrier(8)
@@ -82,7 +83,7 @@ def test_put_plan_is_put_if_absent_under_a_race(tmp_path: object) -> None:
 
 
 def test_hand_edited_or_truncated_plan_is_refused(tmp_path: object) -> None:
-    log = PlanLog(str(tmp_path), "p")
+    log = PlanLog(TableRef.parse(str(tmp_path)), "p")
     plan = log.put_plan(_plan(0, [{"path": "/a", "size": 1, "mtime_ns": 1}]))
     path = os.path.join(log.root, "offsets", "00000000.json")
     body = json.load(open(path))
@@ -112,7 +113,7 @@ def test_offset_planning_tracks_the_set_of_loaded_files(tmp_path: object) -> Non
     _touch(os.path.join(landing, "_SUCCESS"), "", 1)
     committed: set[str] = set()
     src = LandingFilesSource(path=landing, max_files_per_batch=1)
-    log = PlanLog(table, "p")
+    log = PlanLog(TableRef.parse(table), "p")
 
     def plan(run: str) -> Plan | None:
         return src.plan(log, run_token=run, is_committed=lambda k: k.key in committed)
@@ -140,7 +141,9 @@ def test_byte_cap_and_verify(tmp_path: object) -> None:
     for i in range(3):
         _touch(os.path.join(landing, f"f{i}.csv"), "x" * 100, 1_000_000_000 + i)
     src = LandingFilesSource(path=landing, max_bytes_per_batch=250)
-    plan = src.plan(PlanLog(str(tmp_path / "t"), "p"), run_token="r", is_committed=lambda k: False)  # type: ignore[operator]
+    plan = src.plan(
+        PlanLog(TableRef.parse(str(tmp_path / "t")), "p"), run_token="r", is_committed=lambda k: False
+    )  # type: ignore[operator]
     assert plan is not None and len(plan.inputs) == 2
     src.verify(plan)
     with open(os.path.join(landing, "f1.csv"), "a") as fh:
@@ -156,12 +159,14 @@ def test_byte_cap_and_verify(tmp_path: object) -> None:
 def test_interval_boundary_needs_an_interval(tmp_path: object) -> None:
     src = LandingFilesSource(path=str(tmp_path), boundary="interval")
     with pytest.raises(ConfigurationError, match="without a logical date"):
-        src.plan(PlanLog(str(tmp_path / "t"), "p"), run_token="r", is_committed=lambda k: False)
+        src.plan(
+            PlanLog(TableRef.parse(str(tmp_path / "t")), "p"), run_token="r", is_committed=lambda k: False
+        )
 
 
 def test_object_store_uris_are_refused_clearly() -> None:
     with pytest.raises(ConfigurationError, match="put-if-absent"):
-        PlanLog("s3://bucket/table", "p")
+        PlanLog(TableRef.parse("s3://bucket/table"), "p")
 
 
 @pytest.mark.parametrize(

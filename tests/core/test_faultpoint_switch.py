@@ -13,6 +13,7 @@ from airflow_eod.core import faults
 from airflow_eod.core.ask import ask
 from airflow_eod.core.attempt import attempt, current_try
 from airflow_eod.core.faults import InjectedFault, fault_point
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from tests.support.helpers import check, orders_source, plan_for, run_child, spec_for
 
@@ -101,7 +102,7 @@ def test_a_production_driver_with_a_stray_kill_point_loads_its_batch(
     out, _ = child.communicate(timeout=300)
     assert child.returncode == 0, out.decode()[-3000:]
     assert "is set but ignored" in out.decode()
-    assert ask(table, plan.key).committed
+    assert ask(TableRef.parse(table), plan.key).committed
     cmp = check(table, landing)
     assert cmp.exact, cmp.describe()
     assert cmp.table_rows == 40

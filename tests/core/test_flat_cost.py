@@ -31,6 +31,7 @@ from airflow_eod.core.planlog import offsets as offset_history
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.planner import plan_offset_batch
 from airflow_eod.core.records.store import CommitRecord, write_record
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources.landing_files import LandingFilesSource
 from tests.support.flat_helpers import CONFIG, PIPELINE, grow, stage_offset_batch
 
@@ -63,10 +64,10 @@ def _ask_cost(table: str, key: BatchKey) -> tuple[Counter[str], delta_log.LogRea
     """What one ask opens in a fresh process (an Airflow task): no earlier reading cached."""
     delta_log.clear_cache()
     with _counting() as seen:
-        status = ask(table, key)
+        status = ask(TableRef.parse(table), key)
     assert status.committed
     delta_log.clear_cache()
-    reading = open_table(table)
+    reading = open_table(TableRef.parse(table))
     assert reading is not None
     return seen, reading.stats
 
@@ -106,7 +107,7 @@ def test_commits_checkpoint_so_the_log_tail_stays_short(histories: dict[int, Any
     checkpoints = sorted(int(n[:20]) for n in names if n.endswith(".checkpoint.parquet"))
     assert checkpoints[-1] == 200 and len(checkpoints) >= 20
     delta_log.clear_cache()
-    reading = open_table(table)
+    reading = open_table(TableRef.parse(table))
     assert reading is not None and reading.version() == 202 and reading.checkpoint_version == 200
     # The bounded reading agrees with delta-rs's full one.
     full = DeltaTable(table)
@@ -129,12 +130,14 @@ def test_planning_the_next_batch_opens_the_same_files_at_203_batches_as_at_23(
         delta_log.clear_cache()
         with _counting() as seen:
             plan = source.plan(
-                PlanLog(table, PIPELINE),
+                PlanLog(TableRef.parse(table), PIPELINE),
                 run_token="next-run",
-                is_committed=lambda k, t=table: ask(t, k).committed,
+                is_committed=lambda k, t=table: ask(TableRef.parse(t), k).committed,
             )
         assert plan is not None and [os.path.basename(f["path"]) for f in plan.inputs] == ["new.csv"]
-        commit_batch(table, plan.key, 0, *stage_offset_batch(table, plan), table_configuration=CONFIG)
+        commit_batch(
+            TableRef.parse(table), plan.key, 0, *stage_offset_batch(table, plan), table_configuration=CONFIG
+        )
         costs[n] = seen
     # The landing directory keeps every old file: it is read once, and only the new file is
     # stat'ed; the plan log is read from its index and the plans after it.
@@ -147,7 +150,7 @@ def test_planning_the_next_batch_opens_the_same_files_at_203_batches_as_at_23(
 
 def test_the_loaded_index_holds_every_loaded_file_once(histories: dict[int, Any]) -> None:
     table, plans = histories[203]
-    indexed = PlanLog(table, PIPELINE).loaded_index()
+    indexed = PlanLog(TableRef.parse(table), PIPELINE).loaded_index()
     assert indexed is not None
     through, keys = indexed
     assert through >= offset_history.INDEX_EVERY
@@ -157,11 +160,11 @@ def test_the_loaded_index_holds_every_loaded_file_once(histories: dict[int, Any]
 
 def test_a_jdbc_style_source_sees_only_the_newest_committed_batch(histories: dict[int, Any]) -> None:
     table, plans = histories[203]
-    log = PlanLog(table, PIPELINE)
+    log = PlanLog(TableRef.parse(table), PIPELINE)
     newest_seq = log.newest_offset_seq()
     assert newest_seq is not None and newest_seq >= 202
     newest = log.get_offset_plan(newest_seq)
-    assert ask(table, newest.key).committed
+    assert ask(TableRef.parse(table), newest.key).committed
     seen: list[Any] = []
 
     def next_offsets(history: offset_history.OffsetHistory) -> None:
@@ -170,9 +173,9 @@ def test_a_jdbc_style_source_sees_only_the_newest_committed_batch(histories: dic
     delta_log.clear_cache()
     with _counting() as counted:
         plan_offset_batch(
-            PlanLog(table, PIPELINE),
+            PlanLog(TableRef.parse(table), PIPELINE),
             run_token="jdbc-like",
-            is_committed=lambda k: ask(table, k).committed,
+            is_committed=lambda k: ask(TableRef.parse(table), k).committed,
             next_offsets=next_offsets,  # type: ignore[arg-type]
             source=plans[-1].source,
         )
@@ -184,9 +187,9 @@ def test_a_record_the_table_contradicts_is_reported_as_corrupt(tmp_path: Any) ->
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
     os.makedirs(landing)
     plans = grow(table, landing, 3)
-    reading = open_table(table)
+    reading = open_table(TableRef.parse(table))
     assert reading is not None
-    log = PlanLog(table, PIPELINE)
+    log = PlanLog(TableRef.parse(table), PIPELINE)
     # A record for batch 2 at generation 1, naming batch 1's commit: that commit carries no
     # marker of batch 2, so the record lies (its manifest is of the right shape: a record of
     # the wrong shape is refused before, as a corrupt table file).
@@ -206,8 +209,8 @@ def test_a_record_the_table_contradicts_is_reported_as_corrupt(tmp_path: Any) ->
         CommitRecord(plans[2].batch_key, 1, str(reading.metadata().id), 1, asdict(manifest), []),
     )
     with pytest.raises(CorruptRecordError, match=r"carries no marker of the batch.*corrupt commit record"):
-        ask(table, plans[2].key)
-    assert ask(table, plans[1].key).committed  # other batches are not affected
+        ask(TableRef.parse(table), plans[2].key)
+    assert ask(TableRef.parse(table), plans[1].key).committed  # other batches are not affected
 
 
 def test_a_log_the_bounded_reader_cannot_read_is_read_through_deltalake(
@@ -220,12 +223,12 @@ def test_a_log_the_bounded_reader_cannot_read_is_read_through_deltalake(
 
     monkeypatch.setattr(delta_log, "_read_log", unreadable)
     delta_log.clear_cache()
-    reading = open_table(table)
+    reading = open_table(TableRef.parse(table))
     assert reading is not None and reading.stats.fell_back
     assert reading.version() == DeltaTable(table).version()
     # The markers still answer: a fallback that lost them would load every batch again.
     assert reading.transaction_version(plans[5].key.app_id) == 0
-    assert ask(table, plans[5].key).committed
+    assert ask(TableRef.parse(table), plans[5].key).committed
     delta_log.clear_cache()
 
 
@@ -238,7 +241,7 @@ def test_a_warm_reading_survives_another_writers_commits_checkpoint_and_log_clea
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
     os.makedirs(landing)
     grow(table, landing, 3)
-    warm = open_table(table)
+    warm = open_table(TableRef.parse(table))
     assert warm is not None and warm.version() == 2
     for _ in range(4):
         write_deltalake(table, pa.table({"seq": pa.array([-1], pa.int64())}), mode="append")
@@ -253,15 +256,15 @@ def test_a_warm_reading_survives_another_writers_commits_checkpoint_and_log_clea
     full = DeltaTable(table)
     assert full.version() == 7
     assert sorted(pa.table(full.to_pyarrow_table()).column("seq").to_pylist()) == [-1, -1, -1, -1, 0, 1, 2, 3]
-    assert ask(table, plans[-1].key).table_version == 7
+    assert ask(TableRef.parse(table), plans[-1].key).table_version == 7
 
 
 def test_a_table_recreated_at_the_same_path_is_not_read_from_a_warm_reading(tmp_path: Any) -> None:
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
     os.makedirs(landing)
     plans = grow(table, landing, 2)
-    before = open_table(table)
-    assert before is not None and ask(table, plans[1].key).committed
+    before = open_table(TableRef.parse(table))
+    assert before is not None and ask(TableRef.parse(table), plans[1].key).committed
     import shutil
 
     from deltalake import write_deltalake
@@ -269,10 +272,10 @@ def test_a_table_recreated_at_the_same_path_is_not_read_from_a_warm_reading(tmp_
     shutil.rmtree(table)
     write_deltalake(table, pa.table({"seq": pa.array([7], pa.int64())}))
     write_deltalake(table, pa.table({"seq": pa.array([8], pa.int64())}), mode="append")
-    after = open_table(table)
+    after = open_table(TableRef.parse(table))
     assert after is not None and after.metadata().id != before.metadata().id
     assert after.transaction_version(plans[1].key.app_id) is None
-    assert not ask(table, plans[1].key).committed
+    assert not ask(TableRef.parse(table), plans[1].key).committed
 
 
 def test_a_checkpoint_that_fails_is_written_by_the_next_commit(
@@ -288,12 +291,14 @@ def test_a_checkpoint_that_fails_is_written_by_the_next_commit(
 
     monkeypatch.setattr(DeltaTable, "create_checkpoint", broken)
     grow(table, landing, 11)  # version 10 is due a checkpoint, which fails: the batch stands
-    assert ask(table, PlanLog(table, PIPELINE).get_offset_plan(10).key).committed
+    assert ask(
+        TableRef.parse(table), PlanLog(TableRef.parse(table), PIPELINE).get_offset_plan(10).key
+    ).committed
     assert not [n for n in os.listdir(os.path.join(table, "_delta_log")) if "checkpoint" in n]
     monkeypatch.setattr(DeltaTable, "create_checkpoint", real)
     grow(table, landing, 12)
     delta_log.clear_cache()
-    reading = open_table(table)
+    reading = open_table(TableRef.parse(table))
     assert reading is not None and reading.checkpoint_version == 11 and reading.version() == 11
 
 
@@ -313,7 +318,7 @@ def test_a_checkpoints_index_answers_as_the_checkpoint_does_and_is_read_around_w
     assert len(indexes) == 3 and indexes[-1].startswith(f"{200:020d}.")  # the newest few are kept
     full = DeltaTable(copy)
     delta_log.clear_cache()
-    reading = open_table(copy)
+    reading = open_table(TableRef.parse(copy))
     assert reading is not None and reading.stats.index_files_read == 1
     assert json.loads(reading.schema_json()) == json.loads(full.schema().to_json())
     assert reading.metadata().id == full.metadata().id
@@ -327,16 +332,16 @@ def test_a_checkpoints_index_answers_as_the_checkpoint_does_and_is_read_around_w
     with open(bucket, "w") as fh:
         fh.write(json.dumps({plans[5].key.app_id: 7}))
     delta_log.clear_cache()
-    reading = open_table(copy)
+    reading = open_table(TableRef.parse(copy))
     assert reading is not None and reading.transaction_version(plans[5].key.app_id) == 0
     assert reading.stats.checkpoint_files_read == 1
-    assert ask(copy, plans[5].key).committed_generation == 0
+    assert ask(TableRef.parse(copy), plans[5].key).committed_generation == 0
 
     # The checkpoint's files changed (re-written at the same version): its index is not used.
-    checkpoint = delta_log.checkpoint_path(copy, 200)
+    checkpoint = delta_log.checkpoint_path(TableRef.parse(copy), 200)
     os.utime(checkpoint, ns=(time.time_ns(), time.time_ns()))
     delta_log.clear_cache()
-    reading = open_table(copy)
+    reading = open_table(TableRef.parse(copy))
     assert reading is not None and reading.stats.index_files_read == 0
     assert reading.stats.checkpoint_files_read == 1
     assert reading.transaction_version(plans[5].key.app_id) == 0
@@ -350,10 +355,16 @@ def test_an_index_just_written_is_kept_below_a_predecessors_newer_ones(tmp_path:
     table = str(tmp_path / "table")
     os.makedirs(os.path.join(table, "_delta_log"))
     for version in (10, 20, 30, 40, 5):
-        path = delta_log.checkpoint_path(table, version)
+        path = delta_log.checkpoint_path(TableRef.parse(table), version)
         with open(path, "w") as fh:
             fh.write(str(version))
-        write_index(table, version, [path], {"metaData": {"id": "t"}, "protocol": {}}, {"eod:p:b": version})
+        write_index(
+            TableRef.parse(table),
+            version,
+            [path],
+            {"metaData": {"id": "t"}, "protocol": {}},
+            {"eod:p:b": version},
+        )
     kept = sorted(name.split(".")[0] for name in os.listdir(os.path.join(table, "_eod", "checkpoints")))
     assert kept == [f"{v:020d}" for v in (5, 20, 30, 40)]
 
@@ -368,7 +379,7 @@ def test_the_newest_offset_plan_is_found_in_log_probes_without_a_loaded_index(
 
     from airflow_eod.core.planlog.store import OFFSETS, Plan, PlanLog
 
-    log = PlanLog(str(tmp_path / "table"), "tests.jdbc_like")
+    log = PlanLog(TableRef.parse(str(tmp_path / "table")), "tests.jdbc_like")
     for seq in range(planned):
         log.put_plan(Plan("tests.jdbc_like", f"o-{seq:08d}-x", OFFSETS, {"high": seq}, [], seq=seq))
     probes: list[str] = []

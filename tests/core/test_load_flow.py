@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
 from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, NO_NEW_DATA, LoadResult
 from airflow_eod.core.source import ReadContext
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.runners.local import local_run
 from tests.conftest import REPO
@@ -34,9 +35,12 @@ def test_load_batch_answers_a_committed_batch_and_nothing_new_without_spark(
 ) -> None:
     write_order_files(landing, 2, 10)
     source = orders_source(landing)
-    request = LoadRequest(table, PIPELINE, "run-1")
+    request = LoadRequest(TableRef.parse(table), PIPELINE, "run-1")
     first = load_batch(
-        request, source, ReadContext(spark_factory=lambda: spark), run=local_run(lambda: spark, table, source)
+        request,
+        source,
+        ReadContext(spark_factory=lambda: spark),
+        run=local_run(lambda: spark, TableRef.parse(table), source),
     )
     assert first.outcome == COMMITTED and first.rows == 20
     ran: list[FrozenBatch] = []
@@ -51,7 +55,10 @@ def test_load_batch_answers_a_committed_batch_and_nothing_new_without_spark(
     assert (again.table_version, again.rows) == (first.table_version, 20)
     # A new run with no new files: nothing to plan, nothing to run.
     nothing = load_batch(
-        LoadRequest(table, PIPELINE, "run-2"), source, ReadContext(spark_factory=_no_spark), run=must_not_run
+        LoadRequest(TableRef.parse(table), PIPELINE, "run-2"),
+        source,
+        ReadContext(spark_factory=_no_spark),
+        run=must_not_run,
     )
     assert nothing.outcome == NO_NEW_DATA and nothing.batch_key is None
     assert ran == []
@@ -159,15 +166,15 @@ def test_a_jdbc_pipeline_plans_asks_and_finds_nothing_new_without_spark(
     creds = Credentials(postgres.user, postgres.password)
     source = JdbcIncrementalSource(url=postgres.jdbc_url, table="orders_flow", key_column="id")
     first = load_batch(
-        LoadRequest(table, "tests.flow_jdbc", "run-1"),
+        LoadRequest(TableRef.parse(table), "tests.flow_jdbc", "run-1"),
         source,
         ReadContext(spark_factory=_no_spark, credentials=creds),
-        run=local_run(lambda: spark, table, source, credentials=creds),
+        run=local_run(lambda: spark, TableRef.parse(table), source, credentials=creds),
     )
     assert first.outcome == COMMITTED and first.rows == 40
     for token, expected in (("run-1", ALREADY_COMMITTED), ("run-2", NO_NEW_DATA)):
         answer = load_batch(
-            LoadRequest(table, "tests.flow_jdbc", token),
+            LoadRequest(TableRef.parse(table), "tests.flow_jdbc", token),
             source,
             ReadContext(spark_factory=_no_spark, credentials=creds),
             run=lambda frozen: pytest.fail(f"nothing to run for {frozen.plan.key}"),
@@ -211,10 +218,10 @@ def test_libpq_and_jvm_planning_freeze_the_same_timestamp_frontier(
                 )
                 table = str(tmp_path / f"{column}-{kind}")
                 plan = source.plan(
-                    PlanLog(table, "tests.ts"),
+                    PlanLog(TableRef.parse(table), "tests.ts"),
                     ReadContext(spark_factory=factory, credentials=creds),
                     run_token="r",
-                    is_committed=lambda key, t=table: ask(t, key).committed,
+                    is_committed=lambda key, t=table: ask(TableRef.parse(t), key).committed,
                 )
                 assert plan is not None
                 frontiers.append((plan.boundary["high"], plan.inputs[0]["rows"]))
@@ -245,7 +252,7 @@ def test_a_load_spec_round_trips_through_json_with_typed_plan_and_source(tmp_pat
     source = orders_source(str(tmp_path / "landing"))
     plan = plan_for(source, str(tmp_path / "table"))
     spec = LoadSpec.for_batch(
-        str(tmp_path / "table"),
+        TableRef.parse(str(tmp_path / "table")),
         FrozenBatch(plan),
         source,
         LoadSettings(run_id="r", try_number=2, partition_by=["day"]),
@@ -271,9 +278,11 @@ def test_typed_settings_leave_the_spec_on_disk_as_it_was(tmp_path: Any) -> None:
         partition_by=partitions, engine="delta-rs", run_id="r", try_number=3, table_configuration={"a": "b"}
     )
     partitions.append("hour")  # the settings hold a copy
-    spec = LoadSpec.for_batch(str(tmp_path / "table"), FrozenBatch(plan, restate=True), source, settings)
+    spec = LoadSpec.for_batch(
+        TableRef.parse(str(tmp_path / "table")), FrozenBatch(plan, restate=True), source, settings
+    )
     flat = LoadSpec(
-        table_uri=str(tmp_path / "table"),
+        table=TableRef.parse(str(tmp_path / "table")),
         plan=plan,
         source=source,
         partition_by=["day"],

@@ -22,6 +22,7 @@ from deltalake.transaction import AddAction
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.table_ref import TableRef
 from tests.support.helpers import stage_data
 
 pytestmark = pytest.mark.security
@@ -45,6 +46,7 @@ HOSTILE_HINTS = {
 _CHILD = r"""
 import asyncio, contextlib, io, json, re, resource, sys, time
 table, pipeline, key = sys.argv[1:4]
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.cli import main
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
@@ -71,7 +73,7 @@ def run(mode):
     try:
         with contextlib.redirect_stderr(err):
             if mode == "ask":
-                ask(table, BatchKey(pipeline, key))
+                ask(TableRef.parse(table), BatchKey(pipeline, key))
             elif mode == "cli":
                 out["exit"] = main(["ask", table, "--pipeline", pipeline, "--batch", key])
             elif mode == "trigger":
@@ -98,7 +100,7 @@ def _table(path: str) -> str:
     for day in (20, 21):
         batch = BatchKey(PIPE, f"i-202611{day}T000000Z-202611{day + 1}T000000Z")
         data = pa.table({"id": pa.array(range(day), pa.int64())})
-        commit_batch(path, batch, 0, *stage_data(path, batch, data))
+        commit_batch(TableRef.parse(path), batch, 0, *stage_data(path, batch, data))
     DeltaTable(path).create_checkpoint()
     assert os.path.exists(os.path.join(path, "_delta_log", "_last_checkpoint"))
     return path
@@ -190,11 +192,11 @@ def test_a_commit_line_or_a_plan_log_entry_out_of_bounds_is_a_clear_error(table:
             fh.write('{"commitInfo": {}}\n' + line + "\n")
         delta_log.clear_cache()
         with pytest.raises(CorruptTableError, match=r"00000000000000000002\.json") as err:
-            ask(table, BatchKey(PIPE, KEY))
+            ask(TableRef.parse(table), BatchKey(PIPE, KEY))
         assert err.value.file == commit and err.value.table == table
     os.remove(commit)
     delta_log.clear_cache()
-    plan_log = PlanLog(table, PIPE)
+    plan_log = PlanLog(TableRef.parse(table), PIPE)
     entry = os.path.join(plan_log.root, "intervals", f"{KEY}.json")
     os.makedirs(os.path.dirname(entry), exist_ok=True)
     with open(entry, "w") as fh:
@@ -268,9 +270,9 @@ def test_open_in_table_resolves_nothing_outside_the_table(table: str, tmp_path: 
     os.symlink(str(outside), os.path.join(table, "eod_data", "p", "link.parquet"))
     os.symlink(str(tmp_path), os.path.join(table, "eod_data", "up"))
     os.mkfifo(os.path.join(table, "eod_data", "p", "fifo.parquet"))
-    with open_in_table(table, "eod_data/p/ok.parquet") as fh:
+    with open_in_table(TableRef.parse(table), "eod_data/p/ok.parquet") as fh:
         assert fh.read() == b"ours"
-    with open_in_table(table, os.path.join(table, "eod_data", "p", "ok.parquet")) as fh:
+    with open_in_table(TableRef.parse(table), os.path.join(table, "eod_data", "p", "ok.parquet")) as fh:
         assert fh.read() == b"ours"
     hostile = [
         "../outside.parquet",
@@ -287,7 +289,7 @@ def test_open_in_table_resolves_nothing_outside_the_table(table: str, tmp_path: 
     for rel in hostile:
         started = time.monotonic()
         with pytest.raises(NotInTable):
-            open_in_table(table, rel).close()
+            open_in_table(TableRef.parse(table), rel).close()
         assert time.monotonic() - started < 5, rel
     with pytest.raises(FileNotFoundError):
-        open_in_table(table, "eod_data/p/gone.parquet")
+        open_in_table(TableRef.parse(table), "eod_data/p/gone.parquet")

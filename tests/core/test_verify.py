@@ -29,7 +29,7 @@ from airflow_eod.core.errors import UnsupportedTableError
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.records.record_files import RecordStore
-from airflow_eod.core.table_layout import normalise
+from airflow_eod.core.table_ref import TableRef
 from tests.support.helpers import land_and_plan, orders_source, spec_for, stage_rows
 
 PIPE = "tests.verify"
@@ -40,21 +40,21 @@ DAY_CFG = {"delta.setTransactionRetentionDuration": "interval 1 days"}
 def _plan(table: str, day: int, *, planned_at: str = "", generation: int = 0) -> Plan:
     key = f"i-202611{day:02d}T000000Z-202611{day + 1:02d}T000000Z"
     plan = Plan(PIPE, key, "interval", {"day": day}, [], planned_at=planned_at, generation=generation)
-    return PlanLog(table, PIPE).put_plan(plan)
+    return PlanLog(TableRef.parse(table), PIPE).put_plan(plan)
 
 
 def _load(table: str, plan: Plan, rows: list[int], *, cfg: dict[str, str] | None = None) -> None:
     gen = plan.generation
     staged = stage_rows(table, plan, gen, f"{plan.batch_key}/g{gen}", rows)
     ours, status = commit_batch(
-        table, plan.key, gen, *staged, table_configuration=cfg, replace_previous=gen > 0
+        TableRef.parse(table), plan.key, gen, *staged, table_configuration=cfg, replace_previous=gen > 0
     )
     assert ours and status.committed_generation == gen
 
 
 def _record(table: str, plan: Plan, generation: int | None = None) -> tuple[str, dict[str, Any]]:
     """The path and body of the batch's commit record (newest, or at ``generation``)."""
-    log = RecordStore(plan_log=PlanLog(table, plan.pipeline_id))
+    log = RecordStore(plan_log=PlanLog(TableRef.parse(table), plan.pipeline_id))
     table_id = str(DeltaTable(table).metadata().id)
     body = (
         log.newest_commit_record(plan.batch_key, table_id)
@@ -111,7 +111,9 @@ def loaded(table: str, tmp_path: Any) -> dict[str, Plan]:
     plans["20.g1"] = _plan(table, 20, generation=1)
     _load(table, plans["20.g1"], [100, 101])
     plans["o"] = land_and_plan(table, str(tmp_path / "landing"), FILES, 0)
-    commit_batch(table, plans["o"].key, 0, *stage_rows(table, plans["o"], 0, "files", [500, 501, 502]))
+    commit_batch(
+        TableRef.parse(table), plans["o"].key, 0, *stage_rows(table, plans["o"], 0, "files", [500, 501, 502])
+    )
     return plans
 
 
@@ -253,7 +255,9 @@ def test_a_record_newer_than_the_marker_is_corrupt(table: str, loaded: dict[str,
     fake = dict(body, generation=1)
     fake["manifest"] = dict(body["manifest"], generation=1)
     fake.pop("checksum", None)
-    RecordStore(plan_log=PlanLog(table, PIPE)).put_commit_record(plan.batch_key, 1, body["table_id"], fake)
+    RecordStore(plan_log=PlanLog(TableRef.parse(table), PIPE)).put_commit_record(
+        plan.batch_key, 1, body["table_id"], fake
+    )
     report = audit_table(table)
     corrupt = [f for f in _kinds(report)["corrupt_record"] if f.batch_key == plan.batch_key]
     assert corrupt and "marker is at generation 0" in corrupt[0].message and not report.ok
@@ -351,7 +355,7 @@ def test_restating_generations_are_kept_apart(table: str) -> None:
     plan = _plan(table, 20)
     _load(table, plan, [1, 2])
     planned = (datetime.now(UTC) - timedelta(days=3)).isoformat()
-    PlanLog(table, PIPE).put_plan(dataclasses.replace(plan, generation=1, planned_at=planned))
+    PlanLog(TableRef.parse(table), PIPE).put_plan(dataclasses.replace(plan, generation=1, planned_at=planned))
     report = audit_table(table)
     assert _only(report, "stuck_plan").message.count("generation 1") == 1
     assert report.ok and report.batches[0].generation == 0
@@ -520,8 +524,8 @@ def _commit_with_an_undelivered_outbox(table: str, quarantine: str) -> Plan:
     plan = _plan(table, 20)
     staged, manifest = stage_rows(table, plan, 0, "good", [1, 2, 3])
     q_staged, _ = stage_rows(quarantine, plan, 0, "bad", [8, 9])
-    manifest = with_outbox(manifest, Outbox(normalise(quarantine), False, q_staged))
-    ours, status = commit_batch(table, plan.key, 0, staged, manifest)
+    manifest = with_outbox(manifest, Outbox(TableRef.parse(quarantine).location, False, q_staged))
+    ours, status = commit_batch(TableRef.parse(table), plan.key, 0, staged, manifest)
     assert ours and status.committed
     return plan
 
@@ -554,7 +558,7 @@ def test_verify_accepts_empty_interval_batches_loaded_by_the_real_write_path(
                 fh.write("order_id,customer,amount,order_date,ordered_at\n")
         source = orders_source(landing, boundary="interval")
         plan = source.plan(
-            PlanLog(table, "tests.orders"),
+            PlanLog(TableRef.parse(table), "tests.orders"),
             None,
             run_token=f"run-{i}",
             is_committed=lambda k: False,
@@ -624,7 +628,9 @@ def test_identical_files_of_two_committed_batches_are_not_copies(table: str) -> 
     listed by its own batch's record, so neither is a copy (it used to be an error)."""
     plans = [_plan(table, day) for day in (20, 21)]
     for plan in plans:
-        ours, _ = commit_batch(table, plan.key, 0, *stage_rows(table, plan, 0, "same", [7, 8, 9]))
+        ours, _ = commit_batch(
+            TableRef.parse(table), plan.key, 0, *stage_rows(table, plan, 0, "same", [7, 8, 9])
+        )
         assert ours
     files = [os.path.join(table, _record(table, p)[1]["files"][0]) for p in plans]
     with open(files[0], "rb") as a, open(files[1], "rb") as b:
@@ -749,12 +755,12 @@ def test_two_first_loads_racing_to_create_the_table_do_not_end_the_loser_at_once
         got = real(path)
         if got is None and not state["raced"]:
             state["raced"] = True  # A's whole first load runs between B's two reads
-            assert commit_batch(table, a.key, 0, *staged_a)[0]
+            assert commit_batch(TableRef.parse(table), a.key, 0, *staged_a)[0]
         return got
 
     monkeypatch.setattr(commit_mod, "open_table", open_then_lose_the_race)
     try:
-        ours, status = commit_batch(table, b.key, 0, *staged_b)
+        ours, status = commit_batch(TableRef.parse(table), b.key, 0, *staged_b)
     except EodError as exc:
         assert exc.retryable, f"a lost creation race ends the task at once: {type(exc).__name__}: {exc}"
     else:

@@ -35,6 +35,7 @@ from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
@@ -138,7 +139,9 @@ def test_landing_offset_batches_follow_the_frontier(spark: Any, landing: str, ta
         ("committed", 20, 2),
     ]
     nothing = source.plan(
-        PlanLog(table, "tests.orders"), run_token="r3", is_committed=lambda k: ask(table, k).committed
+        PlanLog(TableRef.parse(table), "tests.orders"),
+        run_token="r3",
+        is_committed=lambda k: ask(TableRef.parse(table), k).committed,
     )
     assert nothing is None, "every file is loaded: nothing to plan"
     # The table's retention for markers is set by the write that created it.
@@ -230,18 +233,20 @@ def test_jdbc_offset_batches_follow_the_key_frontier(spark: Any, postgres: Any, 
     ctx = _jdbc_ctx(spark, postgres)
 
     def plan(run: str) -> Plan | None:
-        log = PlanLog(table, "tests.ds_jdbc")
-        return src.plan(log, ctx, run_token=run, is_committed=lambda k: ask(table, k).committed)
+        log = PlanLog(TableRef.parse(table), "tests.ds_jdbc")
+        return src.plan(
+            log, ctx, run_token=run, is_committed=lambda k: ask(TableRef.parse(table), k).committed
+        )
 
     ranges = []
     for run in ("r0", "r1", "r2"):
         p = plan(run)
         assert p is not None
         ranges.append((p.boundary["low"], p.boundary["high"]))
-        spec = LoadSpec(table_uri=table, plan=p, source=src, engine=ENGINE)
+        spec = LoadSpec(table=TableRef.parse(table), plan=p, source=src, engine=ENGINE)
         assert run_load(spark, spec, credentials=ctx.credentials).outcome == "committed"
         # A retry of the batch writes nothing.
-        again = LoadSpec(table_uri=table, plan=p, source=src, engine=ENGINE, try_number=2)
+        again = LoadSpec(table=TableRef.parse(table), plan=p, source=src, engine=ENGINE, try_number=2)
         assert run_load(spark, again, credentials=ctx.credentials).outcome == "already_committed"
     assert ranges == [(None, 40), (40, 80), (80, 100)]
     assert plan("r3") is None
@@ -266,14 +271,14 @@ def test_jdbc_timestamp_intervals_backfilled_backwards(spark: Any, postgres: Any
     for day in (2, 0, 1):
         start = base + timedelta(days=day)
         p = src.plan(
-            PlanLog(table, "tests.ds_days"),
+            PlanLog(TableRef.parse(table), "tests.ds_days"),
             ctx,
             run_token=f"d{day}",
             is_committed=lambda k: False,
             interval=(start, start + timedelta(days=1)),
         )
         assert p is not None
-        spec = LoadSpec(table_uri=table, plan=p, source=src, engine=ENGINE)
+        spec = LoadSpec(table=TableRef.parse(table), plan=p, source=src, engine=ENGINE)
         result = run_load(spark, spec, credentials=ctx.credentials)
         rows.append(result.rows)
     # created_at = base + id hours (+ id µs): day 0 holds ids 1..23, days 1-2 24 ids each.
@@ -323,7 +328,7 @@ def test_a_crash_at_each_boundary_then_a_retry_lands_the_batch_once(
     with pytest.raises(InjectedFault, match=point):
         run_load(spark, ds_spec(source, table, plan))
     committed = point in ("before_record", "after_commit")
-    assert ask(table, plan.key).committed == committed
+    assert ask(TableRef.parse(table), plan.key).committed == committed
     result = run_load(spark, ds_spec(source, table, plan_for(source, table), try_number=2))
     assert result.outcome == ("already_committed" if committed else "committed")
     assert len(DeltaTable(table).history()) == 1
@@ -338,22 +343,38 @@ def test_a_crash_after_the_plan_is_frozen_then_a_retry_loads_the_same_batch(
     source = orders_source(landing)
     ctx = ReadContext(spark_factory=lambda: spark)
     run = local_run(
-        lambda: spark, table, source, settings=LoadSettings(engine=ENGINE, run_id="run-1", try_number=1)
+        lambda: spark,
+        TableRef.parse(table),
+        source,
+        settings=LoadSettings(engine=ENGINE, run_id="run-1", try_number=1),
     )
     monkeypatch.setenv("EOD_FAULTPOINTS", "after_plan=raise@1")
     with pytest.raises(InjectedFault):
-        load_batch(LoadRequest(table, "tests.ds_flow", "run-1", try_number=1), source, ctx, run=run)
+        load_batch(
+            LoadRequest(TableRef.parse(table), "tests.ds_flow", "run-1", try_number=1), source, ctx, run=run
+        )
     assert not os.path.exists(os.path.join(table, "_delta_log"))
     write_order_files(landing, 1, 30, first_id=800)  # arrives before the retry: not in the batch
     retry = local_run(
-        lambda: spark, table, source, settings=LoadSettings(engine=ENGINE, run_id="run-1", try_number=2)
+        lambda: spark,
+        TableRef.parse(table),
+        source,
+        settings=LoadSettings(engine=ENGINE, run_id="run-1", try_number=2),
     )
-    result = load_batch(LoadRequest(table, "tests.ds_flow", "run-1", try_number=2), source, ctx, run=retry)
+    result = load_batch(
+        LoadRequest(TableRef.parse(table), "tests.ds_flow", "run-1", try_number=2), source, ctx, run=retry
+    )
     assert (result.outcome, result.rows) == ("committed", 60)
     nxt = local_run(
-        lambda: spark, table, source, settings=LoadSettings(engine=ENGINE, run_id="run-2", try_number=1)
+        lambda: spark,
+        TableRef.parse(table),
+        source,
+        settings=LoadSettings(engine=ENGINE, run_id="run-2", try_number=1),
     )
-    assert load_batch(LoadRequest(table, "tests.ds_flow", "run-2"), source, ctx, run=nxt).rows == 30
+    assert (
+        load_batch(LoadRequest(TableRef.parse(table), "tests.ds_flow", "run-2"), source, ctx, run=nxt).rows
+        == 30
+    )
     assert_loaded(table, landing, rows=90, batches=2)
 
 
@@ -455,7 +476,7 @@ def test_the_marker_and_the_manifest_are_in_the_same_commit(spark: Any, landing:
         assert manifest is not None
         assert (manifest.batch_key, manifest.generation, manifest.engine) == (plan.batch_key, 0, ENGINE)
         assert manifest.rows == sum(json.loads(a["stats"])["numRecords"] for a in entry["add"]) == 20
-        assert ask(table, plan.key).table_version == version
+        assert ask(TableRef.parse(table), plan.key).table_version == version
     # Writer options, not session confs: a plain Spark write afterwards carries no marker.
     other = os.path.join(os.path.dirname(table), "other")
     spark.range(1).write.format("delta").mode("overwrite").save(other)

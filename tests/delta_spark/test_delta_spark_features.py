@@ -23,6 +23,7 @@ import pytest
 from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.errors import BatchRefusedError, UnsupportedTableError
 from airflow_eod.core.table_layout import DATA_DIR
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.compare import Comparison, compare_rows, read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
@@ -425,6 +426,6 @@ def test_a_feature_turned_on_after_staging_is_refused_at_the_commit(spark: Any, 
     spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
     before = log_state(table)
     with pytest.raises(UnsupportedTableError, match=r"table feature rowTracking \(new files need"):
-        commit_batch(table, plan.key, 0, staged, manifest)
+        commit_batch(TableRef.parse(table), plan.key, 0, staged, manifest)
     assert log_state(table) == before
     assert spark.read.format("delta").load(table).count() == 0

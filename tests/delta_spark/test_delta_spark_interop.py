@@ -32,6 +32,7 @@ from airflow_eod.core.ask import ask
 from airflow_eod.core.audit.verify import AuditReport, audit_table
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
 from airflow_eod.core.planlog.store import Plan
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.compare import compare_rows, read_delta_rows, read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
@@ -159,7 +160,7 @@ def test_delta_spark_reads_history_and_time_travel_of_a_delta_rs_table(
     _retry(spark, landing, table, plans[1])
     versions: list[int] = []
     for plan in plans:
-        landed = ask(table, plan.key).table_version
+        landed = ask(TableRef.parse(table), plan.key).table_version
         assert landed is not None
         versions.append(landed)
     assert versions == [0, 1, 2], versions
@@ -199,7 +200,7 @@ def _loads_go_on(spark: Any, landing: str, table: str, plans: list[Plan], n: int
     plans.append(_load(spark, landing, table, n))
     for plan in plans:
         _retry(spark, landing, table, plan)
-        assert ask(table, plan.key).committed
+        assert ask(TableRef.parse(table), plan.key).committed
 
 
 def test_appends_optimize_zorder_and_vacuum_by_delta_spark_keep_every_batch_once(
@@ -217,7 +218,7 @@ def test_appends_optimize_zorder_and_vacuum_by_delta_spark_keep_every_batch_once
     assert DeltaTable(table).history(1)[0]["operation"] == "OPTIMIZE"
     _loads_go_on(spark, landing, table, plans, 5)
     # Every batch's first files were rewritten by an OPTIMIZE; VACUUM really deletes them now.
-    first = os.path.join(table, ask(table, plans[0].key).record.files[0])  # type: ignore[union-attr]
+    first = os.path.join(table, ask(TableRef.parse(table), plans[0].key).record.files[0])  # type: ignore[union-attr]
     assert os.path.exists(first)
     with _conf(spark, spark__databricks__delta__retentionDurationCheck__enabled="false"):
         _sql(spark, "VACUUM {t} RETAIN 0 HOURS", table)
@@ -528,7 +529,7 @@ def test_delta_spark_optimize_taking_the_version_airflow_eod_commits_makes_it_as
     with commit_log() as messages:
         plans.append(_load(spark, landing, table, 3))
     assert lost_races("\n".join(messages)) == 1, messages
-    assert ask(table, plans[-1].key).table_version == raced[0] + 1
+    assert ask(TableRef.parse(table), plans[-1].key).table_version == raced[0] + 1
     monkeypatch.setattr(commit_mod, "write_commit", real)
     _loads_go_on(spark, landing, table, plans, 4)
     _check(table, landing)
@@ -614,7 +615,7 @@ def test_vacuum_while_a_batch_waits_for_its_commit(
         # Nothing committed: the commits since are Delta Spark's VACUUM START and VACUUM END.
         since = [h["operation"] for h in DeltaTable(table).history() if h["version"] > before]
         assert since == ["VACUUM END", "VACUUM START"], since
-        assert not ask(table, plan.key).committed
+        assert not ask(TableRef.parse(table), plan.key).committed
         monkeypatch.setattr(load_job, "commit_batch", real)
         assert run_load(spark, spec_for(source, table, plan, try_number=2)).outcome == "committed"
     plans.append(plan)
@@ -651,7 +652,7 @@ def test_a_pipeline_switches_engines_between_runs(spark: Any, landing: str, tabl
     for plan in plans:
         _skipped_by_delta_spark(spark, landing, table, plan)
     plans.append(_load(spark, landing, table, 3, engine=other))
-    status = ask(table, plans[-1].key)
+    status = ask(TableRef.parse(table), plans[-1].key)
     assert status.committed and status.manifest is not None and status.manifest.engine == other
     _retry(spark, landing, table, plans[-1], engine=first)
     _skipped_by_delta_spark(spark, landing, table, plans[-1])
@@ -659,7 +660,7 @@ def test_a_pipeline_switches_engines_between_runs(spark: Any, landing: str, tabl
     for plan in plans:
         _retry(spark, landing, table, plan, engine=first)
         _retry(spark, landing, table, plan, engine=other)
-    engines = [ask(table, p.key).manifest.engine for p in plans]  # type: ignore[union-attr]
+    engines = [ask(TableRef.parse(table), p.key).manifest.engine for p in plans]  # type: ignore[union-attr]
     assert engines == [first, first, other, first]
     _check(table, landing)
     _verify(table)

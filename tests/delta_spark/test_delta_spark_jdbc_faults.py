@@ -26,6 +26,7 @@ from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.result import LoadResult
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark import delta_spark_engine
@@ -104,7 +105,7 @@ def _load(
 ) -> LoadResult:
     """The whole flow (freeze, ask, read, Delta Spark's write) as one try of run ``token``."""
     request = LoadRequest(
-        table,
+        TableRef.parse(table),
         PIPE,
         token,
         interval=interval,
@@ -115,7 +116,7 @@ def _load(
     ctx = ReadContext(spark_factory=lambda: spark, credentials=_creds(pg))
     run = local_run(
         lambda: spark,
-        table,
+        TableRef.parse(table),
         source,
         settings=LoadSettings(engine=engine, run_id=token, try_number=try_number),
         credentials=_creds(pg),
@@ -166,13 +167,13 @@ def test_a_crash_at_each_boundary_of_an_offset_batch_then_a_retry_lands_it_once(
     monkeypatch.setenv("EOD_FAULTPOINTS", f"{point}=raise@1")
     with pytest.raises(InjectedFault, match=point):
         _load(spark, postgres, table, src, "r1")
-    log = PlanLog(table, PIPE)
+    log = PlanLog(TableRef.parse(table), PIPE)
     seq = log.claimed_seq("r1")
     assert seq is not None, "the crash came after the freeze: the run's batch is frozen"
     plan = log.get_offset_plan(seq)
     assert (plan.boundary["low"], plan.boundary["high"]) == (None, 40)
     committed = point in COMMITTED_BY_THE_CRASH
-    assert ask(table, plan.key).committed == committed
+    assert ask(TableRef.parse(table), plan.key).committed == committed
     version = _delta_version(table)
     assert version == (0 if committed else None)
     # Rows that arrive between the crash and the retry are not in the frozen batch.
@@ -198,10 +199,10 @@ def test_a_crash_at_each_boundary_of_an_interval_batch_then_a_retry_lands_it_onc
     with pytest.raises(InjectedFault, match=point):
         _load(spark, postgres, table, src, "d1", interval=_day(1))
     key = "i-20261102T000000Z-20261103T000000Z"
-    plan = PlanLog(table, PIPE).get_plan(key)
+    plan = PlanLog(TableRef.parse(table), PIPE).get_plan(key)
     assert plan is not None and plan.inputs[0]["rows"] == 24, "the crash came after the freeze"
     committed = point in COMMITTED_BY_THE_CRASH
-    assert ask(table, plan.key).committed == committed
+    assert ask(TableRef.parse(table), plan.key).committed == committed
     assert _delta_version(table) == (0 if committed else None)
     retry = _load(spark, postgres, table, src, "d1", try_number=2, interval=_day(1))
     assert (retry.batch_key, retry.rows, retry.table_version) == (key, 24, 0)
@@ -269,11 +270,18 @@ def test_two_drivers_loading_the_same_jdbc_batch_commit_once(
     name = "dsjf_procs"
     src = _offsets(postgres, name, 40)
     ctx = ReadContext(spark_factory=lambda: spark, credentials=_creds(postgres))
-    plan = src.plan(PlanLog(table, PIPE), ctx, run_token="r1", is_committed=lambda k: ask(table, k).committed)
+    plan = src.plan(
+        PlanLog(TableRef.parse(table), PIPE),
+        ctx,
+        run_token="r1",
+        is_committed=lambda k: ask(TableRef.parse(table), k).committed,
+    )
     assert isinstance(plan, Plan)
     kids = [
         run_child(
-            LoadSpec(table_uri=table, plan=plan, source=src, engine=ENGINE, run_id="r1", try_number=n),
+            LoadSpec(
+                table=TableRef.parse(table), plan=plan, source=src, engine=ENGINE, run_id="r1", try_number=n
+            ),
             str(tmp_path),
             "before_commit=sleep:8",
             who,
@@ -331,7 +339,7 @@ def test_a_row_updated_after_planning_fails_the_batch_and_names_a_way_out_the_en
     )
     with pytest.raises(InputChangedError, match="content changed") as err:
         _load(spark, postgres, table, src, "r1", **kw)
-    plan = PlanLog(table, PIPE).get_offset_plan(1)
+    plan = PlanLog(TableRef.parse(table), PIPE).get_offset_plan(1)
     assert (plan.boundary["low"], plan.boundary["high"]) == (10, 20)
     text = str(err.value)
     assert frozen and text.startswith(f"batch {plan.key.label}:") and not err.value.retryable

@@ -30,6 +30,7 @@ from airflow_eod.core.batch import BatchKey, fingerprint
 from airflow_eod.core.delta import log as delta_log
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources.jdbc_url import check_jdbc_url, redact_jdbc_url
 from tests.support.helpers import stage_data
 
@@ -43,7 +44,7 @@ def _table(path: str) -> str:
     for day in (20, 21):
         batch = BatchKey(PIPE, f"i-202611{day}T000000Z-202611{day + 1}T000000Z")
         data = pa.table({"id": pa.array(range(day), pa.int64())})
-        commit_batch(path, batch, 0, *stage_data(path, batch, data))
+        commit_batch(TableRef.parse(path), batch, 0, *stage_data(path, batch, data))
     DeltaTable(path).create_checkpoint()
     delta_log.clear_cache()
     return path
@@ -256,12 +257,13 @@ def test_hostile_table_content_of_the_right_shape_is_one_clear_error_not_a_trace
 _CHILD = r"""
 import json, resource, sys
 table, pipeline, key = sys.argv[1:4]
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
 out = {"raised": None}
 try:
-    ask(table, BatchKey(pipeline, key))
+    ask(TableRef.parse(table), BatchKey(pipeline, key))
 except BaseException as exc:
     out.update(raised=type(exc).__name__, mro=[c.__name__ for c in type(exc).__mro__])
 out["grew"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10) - before
@@ -368,7 +370,10 @@ def test_the_deltalake_fallback_reads_a_commit_linked_out_of_the_table(table: st
     for day in (20, 21):
         batch = BatchKey(PIPE, f"i-202611{day}T000000Z-202611{day + 1}T000000Z")
         commit_batch(
-            table, batch, 0, *stage_data(table, batch, pa.table({"id": pa.array(range(day), pa.int64())}))
+            TableRef.parse(table),
+            batch,
+            0,
+            *stage_data(table, batch, pa.table({"id": pa.array(range(day), pa.int64())})),
         )
     log_dir = os.path.join(table, "_delta_log")
     with open(os.path.join(log_dir, "00000000000000000000.json")) as fh:
@@ -382,7 +387,7 @@ def test_the_deltalake_fallback_reads_a_commit_linked_out_of_the_table(table: st
     from airflow_eod.core.delta.table import open_table
 
     try:
-        opened = open_table(table)
+        opened = open_table(TableRef.parse(table))
     except Exception as exc:  # refused: what should happen
         assert "link" in str(exc) or "not a Delta commit" in str(exc), exc
         return

@@ -25,6 +25,7 @@ from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.planlog.intervals import IntervalIndex
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.result import LoadResult
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.load_spec import LoadSettings
@@ -75,9 +76,11 @@ class _ConcurrentWriter(JdbcIncrementalSource):
 def _load_interval(spark: Any, pg: Any, table: str, source: JdbcIncrementalSource, token: str,
                    interval: tuple[dt.datetime, dt.datetime]) -> LoadResult:  # fmt: skip
     creds = Credentials(pg.user, pg.password)
-    request = LoadRequest(table, PIPE, token, interval=interval)
+    request = LoadRequest(TableRef.parse(table), PIPE, token, interval=interval)
     ctx = ReadContext(spark_factory=lambda: spark, credentials=creds)
-    return load_batch(request, source, ctx, run=local_run(lambda: spark, table, source, credentials=creds))
+    return load_batch(
+        request, source, ctx, run=local_run(lambda: spark, TableRef.parse(table), source, credentials=creds)
+    )
 
 
 def _interval_source(cls: type[JdbcIncrementalSource], pg: Any, name: str) -> JdbcIncrementalSource:
@@ -154,7 +157,7 @@ def test_an_update_undone_between_the_two_checks_commits_a_value_the_frozen_rang
 def _plan_log(tmp_path: Any) -> PlanLog:
     path = tmp_path / "t"
     path.mkdir(parents=True)
-    return PlanLog(str(path), PIPE)
+    return PlanLog(TableRef.parse(str(path)), PIPE)
 
 
 def _freeze(plan_log: PlanLog, start: dt.datetime, end: dt.datetime) -> Plan:
@@ -219,9 +222,9 @@ def test_an_update_while_the_delta_spark_engine_reads_is_committed_silently(
         postgres.execute("UPDATE adv_dspark SET amount = amount + 1000 WHERE id = 3")
         return df
 
-    run = local_run(lambda: spark, table, src, credentials=creds, transform_fn=change_then_read,
-                    settings=LoadSettings(engine="delta-spark"))  # fmt: skip
-    request = LoadRequest(table, PIPE, "d1", interval=_days(0, 1))
+    run = local_run(lambda: spark, TableRef.parse(table), src, credentials=creds,
+                    transform_fn=change_then_read, settings=LoadSettings(engine="delta-spark"))  # fmt: skip
+    request = LoadRequest(TableRef.parse(table), PIPE, "d1", interval=_days(0, 1))
     with pytest.raises(InputChangedError):
         load_batch(request, src, ReadContext(spark_factory=lambda: spark, credentials=creds), run=run)
     assert _version(table) is None, "nothing committed"
@@ -252,8 +255,8 @@ def test_a_linked_specs_directory_takes_spec_writes_and_removals_out_of_the_tabl
         fh.write("{}")
     # Fixed: the spec's path is a checked join, refused through the link.
     with pytest.raises(UnsafePathError, match="outside"):
-        spec_path(str(table), batch, 0, "attempt1")
-    assert remove_decided_specs(str(table), decided) == []  # and cleanup leaves it alone
+        spec_path(TableRef.parse(str(table)), batch, 0, "attempt1")
+    assert remove_decided_specs(TableRef.parse(str(table)), decided) == []  # and cleanup leaves it alone
     assert os.listdir(outside) == [planted], "nothing outside the table was written or removed"
 
 

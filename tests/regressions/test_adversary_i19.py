@@ -25,6 +25,7 @@ from airflow_eod.core.ask import ask
 from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.errors import ForeignMarkerError
 from airflow_eod.core.faults import InjectedFault
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.compare import read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
@@ -129,11 +130,11 @@ def test_restore_to_a_version_before_batches_is_reported_by_verify(
     to remove a txn) keeps their markers: the pipeline believes them loaded. ``verify`` must
     report both batches' rows as gone, naming the batch."""
     plans = [_load(spark, landing, table, n) for n in (1, 2, 3)]
-    v1 = ask(table, plans[0].key).table_version
+    v1 = ask(TableRef.parse(table), plans[0].key).table_version
     _sql(spark, f"RESTORE TABLE {{t}} TO VERSION AS OF {v1}", table)
     assert spark.read.format("delta").load(table).count() == ROWS
     for plan in plans:
-        assert ask(table, plan.key).committed
+        assert ask(TableRef.parse(table), plan.key).committed
     report = audit_table(table)
     assert not report.ok, _findings(report)
     named = {f.batch_key for f in report.errors}
@@ -194,7 +195,7 @@ def test_v2_checkpoints_with_log_cleanup_keep_every_batch_once(
         assert any(".checkpoint." in f and f.endswith("." + top) for f in logs), logs
         for plan in plans:
             _retry(spark, landing, table, plan, engine="delta-spark")
-            assert ask(table, plan.key).committed
+            assert ask(TableRef.parse(table), plan.key).committed
         plans.append(_load(spark, landing, table, 5, engine="delta-spark"))
         want = read_landing_rows(landing, "csv", ORDERS_COLUMNS, ORDERS_ARROW_SCHEMA)
         want += read_landing_rows(theirs, "csv", ORDERS_COLUMNS, ORDERS_ARROW_SCHEMA)
@@ -296,7 +297,7 @@ def test_delta_spark_commit_whose_reply_is_lost_reports_committed(
     monkeypatch.setattr(DataFrameWriter, "save", save_then_fail)
     got = run_load(spark, spec_for(source, table, plan, engine="delta-spark"))
     monkeypatch.undo()
-    assert ask(table, plan.key).committed
+    assert ask(TableRef.parse(table), plan.key).committed
     cmp = check(table, landing)
     assert cmp.exact, cmp.describe()
     assert got.outcome == "committed", got
@@ -427,7 +428,7 @@ def test_a_foreign_write_with_an_eod_app_id_is_not_taken_for_the_batch(
             run_load(spark, spec_for(source, table, plan, engine=engine))
         assert not err.value.retryable
     with pytest.raises(ForeignMarkerError):
-        ask(table, plan.key)
+        ask(TableRef.parse(table), plan.key)
     assert DeltaTable(table).version() == version  # nothing written
     report = audit_table(table)
     found = [f for f in report.errors if f.kind == "marker_set_by_another_writer"]

@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 from airflow_eod.core.ask import ask
 from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.errors import ForeignMarkerError
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.spark.load_job import run_load
 from tests.delta_spark.test_delta_spark_engine import pytestmark as delta_spark_tier
@@ -191,7 +192,7 @@ def test_a_foreign_marker_above_the_committed_generation(
     plan = _load(spark, landing, table, 1)
     _theirs(spark, tmp_path, table, 900_000, txnAppId=plan.key.app_id, txnVersion="5")
     try:
-        status = ask(table, plan.key)
+        status = ask(TableRef.parse(table), plan.key)
     except ForeignMarkerError as exc:
         assert "not in the table" not in str(exc), str(exc)
     else:

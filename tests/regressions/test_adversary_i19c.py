@@ -18,6 +18,7 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
 from airflow_eod.core.audit.verify import audit_table
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.spark.load_job import run_load
 from tests.delta_spark.test_delta_spark_engine import pytestmark as delta_spark_tier
 from tests.support.delta_spark_helpers import findings as _findings
@@ -147,7 +148,7 @@ def test_a_foreign_marker_above_a_batch_whose_committer_died_before_its_record(
         run_load(spark, spec_for(source, table, plan))
     monkeypatch.delenv("EOD_FAULTPOINTS")
     _theirs(spark, table, [(900_000, "x")], txnAppId=plan.key.app_id, txnVersion="5")
-    status = ask(table, plan.key)
+    status = ask(TableRef.parse(table), plan.key)
     assert status.committed_generation == 0 and status.record is not None, status
     got = run_load(spark, spec_for(source, table, plan, try_number=2))
     assert got.outcome == "already_committed", got
@@ -379,7 +380,7 @@ def test_a_marker_set_again_by_another_writer_then_our_commit_cleaned_from_the_l
     for v in range(ours + 1):  # what a log cleanup leaves when commits 0..ours expired
         os.unlink(os.path.join(log_dir, f"{v:020d}.json"))
     assert [i for i in _ids(spark, table) if 100 <= i < 110] == list(range(100, 110))
-    status = ask(table, plan.key)
+    status = ask(TableRef.parse(table), plan.key)
     assert status.committed_generation == 0, status
     got = run_load(spark, spec_for(source, table, plan, try_number=2))
     assert got.outcome == "already_committed", got

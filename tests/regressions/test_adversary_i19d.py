@@ -18,6 +18,7 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
 from airflow_eod.core.audit.verify import audit_table
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.spark.load_job import run_load
 from tests.delta_spark.test_delta_spark_engine import pytestmark as delta_spark_tier
 from tests.support.delta_spark_helpers import findings as _findings
@@ -80,7 +81,7 @@ def test_a_restatement_that_died_before_its_record_then_a_foreign_marker(
     monkeypatch.delenv("EOD_FAULTPOINTS")
     assert _ids(spark, table) == [1, *range(100, 110)]  # generation 1 landed
     _foreign_marker(table, plan.key.app_id, theirs_at)
-    status = ask(table, plan.key, 1)
+    status = ask(TableRef.parse(table), plan.key, 1)
     try:
         got: Any = run_load(spark, spec_for(source, table, again, restate=True, try_number=2))
     except Exception as exc:

@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
 from airflow_eod.core.audit.verify import audit_table
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.spark.load_job import run_load
 from tests.delta_spark.test_delta_spark_engine import pytestmark as delta_spark_tier
 from tests.support.delta_spark_helpers import findings as _findings
@@ -268,13 +269,13 @@ def test_marker_set_back_at_and_above_repeatedly_across_checkpoints_and_log_clea
         _marker(table, app, at)
         if clean:
             _clean_log(table)
-        status = ask(table, p2.key, gen)
+        status = ask(TableRef.parse(table), p2.key, gen)
         assert status.committed_generation == gen and status.committed, (step, setting, status)
         _both_read_once(spark, table, landing, f"step {step} {setting}")
         _only_foreign(table)
         gen += 1
         _restate(spark, landing, table, p2, gen)
-        status = ask(table, p2.key, gen)
+        status = ask(TableRef.parse(table), p2.key, gen)
         assert status.committed_generation == gen, (step, setting, status)
         _both_read_once(spark, table, landing, f"step {step} {setting}, restated")
         _only_foreign(table)
@@ -316,14 +317,14 @@ def test_marker_set_back_below_the_record_then_a_checkpoint(
     p2 = _load(spark, landing, table, [(i, "b") for i in range(100, 110)], 2)
     _restate(spark, landing, table, p2, 1)
     _marker(table, p2.key.app_id, 0)
-    assert ask(table, p2.key, 1).committed_generation == 1  # held before the checkpoint
+    assert ask(TableRef.parse(table), p2.key, 1).committed_generation == 1  # held before the checkpoint
     if clean:
         _clean_log(table)
     else:
         DeltaTable(table).create_checkpoint()
     _both_read_once(spark, table, landing, "checkpointed")
     try:
-        status: Any = ask(table, p2.key, 1)
+        status: Any = ask(TableRef.parse(table), p2.key, 1)
     except Exception as exc:
         status = f"{type(exc).__name__}: {exc}"
     report = audit_table(table)

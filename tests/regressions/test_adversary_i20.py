@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from airflow_eod.core.delta.checkpoint_index import write_index
+from airflow_eod.core.table_ref import TableRef
 
 
 def test_checkpoint_index_cleanup_never_removes_the_delta_log_through_an_inside_link(tmp_path):
@@ -26,7 +27,7 @@ def test_checkpoint_index_cleanup_never_removes_the_delta_log_through_an_inside_
         (table / f"part-0000{i}-aaaa.snappy.parquet").write_text("x")
     os.symlink("..", table / "_eod" / "checkpoints")  # inside the table: I11 lets it pass
 
-    write_index(str(table), 10, [str(checkpoint)], {"metaData": {}, "protocol": {}}, {})
+    write_index(TableRef.parse(str(table)), 10, [str(checkpoint)], {"metaData": {}, "protocol": {}}, {})
 
     assert (table / "_delta_log" / f"{0:020d}.json").exists(), "the Delta log was removed"
     assert (table / "_eod").is_dir(), "the plan log was removed"

@@ -20,6 +20,7 @@ from airflow_eod.core.delta import table as ask_module
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import InputChangedError
 from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from tests.support.helpers import orders_source, plan_for, restate, stage_rows
 
@@ -36,9 +37,9 @@ def test_restating_a_committed_batch_whose_file_is_gone_says_restore_it_not_rest
     source = orders_source(landing)
     plan = plan_for(source, table)
     staged, manifest = stage_rows(table, plan, 0, "g0", [1, 2, 3])
-    ours, _ = commit_batch(table, plan.key, 0, staged, manifest)
+    ours, _ = commit_batch(TableRef.parse(table), plan.key, 0, staged, manifest)
     assert ours
-    version = open_table(table).version()  # type: ignore[union-attr]
+    version = open_table(TableRef.parse(table)).version()  # type: ignore[union-attr]
     gone = plan.inputs[0]["path"]
     os.unlink(gone)
     with pytest.raises(InputChangedError) as err:
@@ -46,7 +47,7 @@ def test_restating_a_committed_batch_whose_file_is_gone_says_restore_it_not_rest
     text = str(err.value)
     assert gone in text and plan.batch_key in text
     assert "restore the file" in text and "restate=True" not in text
-    assert open_table(table).version() == version  # type: ignore[union-attr]
+    assert open_table(TableRef.parse(table)).version() == version  # type: ignore[union-attr]
     # The pipeline itself is not stuck: the next batch plans.
     write_order_files(os.path.join(landing, "more"), 1, 2)
     assert plan_for(source, table, run="run-2").seq == 1
@@ -67,5 +68,5 @@ def test_a_table_directory_created_by_a_racer_is_no_table_yet_not_a_file(
         return answer
 
     monkeypatch.setattr(ask_module.os.path, "isdir", racer_creates_it_right_after)
-    assert open_table(table) is None
-    assert open_table(table) is None  # and with the directory there from the start
+    assert open_table(TableRef.parse(table)) is None
+    assert open_table(TableRef.parse(table)) is None  # and with the directory there from the start

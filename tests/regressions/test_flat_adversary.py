@@ -21,6 +21,7 @@ from airflow_eod.core.delta import log as delta_log
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.planlog.store import PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources.landing_files import LandingFilesSource
 from tests.support.flat_helpers import CONFIG, PIPELINE, grow, stage_offset_batch, stage_tagged
 from tests.support.helpers import lost_races
@@ -54,20 +55,22 @@ def _tagged_rows(table: str) -> list[tuple[str, int]]:
 _OTHER_PIPELINE = """
 import os, sys
 sys.path.insert(0, {repo!r})
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.core.ask import ask
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.sources.landing_files import LandingFilesSource
 import tests.support.flat_helpers as flat
 table, landing = {table!r}, {landing!r}
+ref = TableRef.parse(table)
 os.makedirs(landing, exist_ok=True)
 with open(os.path.join(landing, "o.csv"), "w") as fh:
     fh.write("seq\\n-1\\n")
 plan = LandingFilesSource(path=landing, file_format="csv").plan(
-    PlanLog(table, "tests.other"), run_token="other", is_committed=lambda k: ask(table, k).committed
+    PlanLog(ref, "tests.other"), run_token="other", is_committed=lambda k: ask(ref, k).committed
 )
 staged, manifest = flat.stage_offset_batch(table, plan)
-ours, status = commit_batch(table, plan.key, 0, staged, manifest, table_configuration=flat.CONFIG)
+ours, status = commit_batch(ref, plan.key, 0, staged, manifest, table_configuration=flat.CONFIG)
 print(status.table_version)
 """
 
@@ -106,7 +109,9 @@ def test_a_checkpoint_and_cleanup_between_two_probes_do_not_land_a_commit_in_the
     with open(os.path.join(landing, "f00020.csv"), "w") as fh:
         fh.write("seq\n20\n")
     plan = LandingFilesSource(path=landing, file_format="csv").plan(
-        PlanLog(table, PIPELINE), run_token="run-20", is_committed=lambda k: ask(table, k).committed
+        PlanLog(TableRef.parse(table), PIPELINE),
+        run_token="run-20",
+        is_committed=lambda k: ask(TableRef.parse(table), k).committed,
     )
     assert plan is not None and plan.seq == 20
     staged, manifest = stage_offset_batch(table, plan)
@@ -122,12 +127,14 @@ def test_a_checkpoint_and_cleanup_between_two_probes_do_not_land_a_commit_in_the
 
     monkeypatch.setattr(delta_log, "read_commit_actions", probe)
     delta_log.clear_cache()  # a fresh task process
-    ours, status = commit_batch(table, plan.key, 0, staged, manifest, table_configuration=CONFIG)
+    ours, status = commit_batch(
+        TableRef.parse(table), plan.key, 0, staged, manifest, table_configuration=CONFIG
+    )
     monkeypatch.setattr(delta_log, "read_commit_actions", real)
     assert fired == [20]
     assert ours and status.committed
     assert status.table_version == 21 == DeltaTable(table).version()
-    assert ask(table, plan.key).committed
+    assert ask(TableRef.parse(table), plan.key).committed
     assert 20 in _rows(table), (
         f"batch 20 reported committed at version {status.table_version}, but the table "
         f"(version {DeltaTable(table).version()}) does not hold its row"
@@ -138,12 +145,14 @@ _RACER = """
 import logging, os, sys
 sys.path.insert(0, {repo!r})
 logging.basicConfig(level=logging.INFO)  # the commit engine's lost races, on stderr
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.core.ask import ask
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.sources.landing_files import LandingFilesSource
 from tests.support.flat_helpers import stage_tagged
 table, pipe, n, cfg = {table!r}, {pipe!r}, {n!r}, {cfg!r}
+ref = TableRef.parse(table)
 landing = table + "-landing-" + pipe
 os.makedirs(landing, exist_ok=True)
 src = LandingFilesSource(path=landing, file_format="csv")
@@ -153,10 +162,10 @@ for i in range(n):
     for attempt in range(5):  # the task and its Airflow retries
         try:
             plan = src.plan(
-                PlanLog(table, pipe), run_token=f"r{{i}}", is_committed=lambda k: ask(table, k).committed
+                PlanLog(ref, pipe), run_token=f"r{{i}}", is_committed=lambda k: ask(ref, k).committed
             )
             staged, manifest = stage_tagged(table, plan, pipe)
-            commit_batch(table, plan.key, 0, staged, manifest, table_configuration=cfg)
+            commit_batch(ref, plan.key, 0, staged, manifest, table_configuration=cfg)
             break
         except Exception as exc:
             print("ERROR", pipe, i, attempt, type(exc).__name__, str(exc)[:300])
@@ -224,17 +233,19 @@ _SAME_BATCH = """
 import logging, os, sys, time
 sys.path.insert(0, {repo!r})
 logging.basicConfig(level=logging.INFO)  # the commit engine's lost races, on stderr
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.planlog.store import PlanLog
 from tests.support.flat_helpers import stage_offset_batch
 table, seqs, cfg, me = {table!r}, {seqs!r}, {cfg!r}, {me!r}
-log = PlanLog(table, "tests.flat")
+ref = TableRef.parse(table)
+log = PlanLog(ref, "tests.flat")
 for seq in seqs:
     plan = log.get_offset_plan(seq)
     staged, manifest = stage_offset_batch(table, plan)
     while not os.path.exists(table + f"-go-{{seq}}"):
         time.sleep(0.001)
-    ours, status = commit_batch(table, plan.key, 0, staged, manifest, table_configuration=cfg)
+    ours, status = commit_batch(ref, plan.key, 0, staged, manifest, table_configuration=cfg)
     print("RESULT", seq, ours, status.committed, status.table_version)
 """
 
@@ -250,7 +261,7 @@ def test_held_racing_attempts_of_the_same_batches_commit_each_once(tmp_path: Any
     for seq in seqs:  # plan the batches up front (planning is sequential in real life)
         with open(os.path.join(landing, f"f{seq:05d}.csv"), "w") as fh:
             fh.write(f"seq\n{seq}\n")
-    log = PlanLog(table, PIPELINE)
+    log = PlanLog(TableRef.parse(table), PIPELINE)
     from airflow_eod.core.batch import BatchKey
     from airflow_eod.core.planlog.store import OFFSETS, Plan
 
@@ -289,7 +300,7 @@ def test_held_racing_attempts_of_the_same_batches_commit_each_once(tmp_path: Any
     # each finding the batch already committed at its first ask).
     assert sum(lost_races(e) for _, e in outs) >= 1, [e[-1500:] for _, e in outs]
     delta_log.clear_cache()
-    reading = open_table(table)
+    reading = open_table(TableRef.parse(table))
     assert reading is not None and reading.version() == DeltaTable(table).version()
 
 
@@ -334,12 +345,16 @@ def test_held_restating_a_batch_in_an_odd_partition_directory_swaps_it_once(
         with open(os.path.join(landing, f"f{n}.csv"), "w") as fh:
             fh.write(f"seq\n{n}\n")
         plan = source.plan(
-            PlanLog(table, PIPELINE), run_token=f"r{n}", is_committed=lambda k: ask(table, k).committed
+            PlanLog(TableRef.parse(table), PIPELINE),
+            run_token=f"r{n}",
+            is_committed=lambda k: ask(TableRef.parse(table), k).committed,
         )
-        commit_batch(table, plan.key, 0, *stage(plan, 0, n))
+        commit_batch(TableRef.parse(table), plan.key, 0, *stage(plan, 0, n))
         plans.append(plan)
     for plan, n in zip(plans, (100, 101), strict=True):  # restate both: gen 1 replaces gen 0
-        ours, status = commit_batch(table, plan.key, 1, *stage(plan, 1, n), replace_previous=True)
+        ours, status = commit_batch(
+            TableRef.parse(table), plan.key, 1, *stage(plan, 1, n), replace_previous=True
+        )
         assert ours and status.committed_generation == 1
     assert _rows(table) == [100, 101]
     assert sorted(r[0] for r in read_rows_by_log(table, ["seq"])) == [100, 101]
@@ -358,12 +373,12 @@ def test_held_stale_or_dangling_hint_and_a_widened_schema_across_a_checkpoint(tm
         with open(hint, "w") as fh:
             fh.write(body)
         delta_log.clear_cache()
-        reading = open_table(table)
+        reading = open_table(TableRef.parse(table))
         # (deltalake itself refuses the dangling hint: "didn't find any checkpoints")
         assert reading is not None and reading.version() == 22
         for plan in plans[::5]:
             assert reading.transaction_version(plan.key.app_id) == 0
-            assert ask(table, plan.key).committed
+            assert ask(TableRef.parse(table), plan.key).committed
     with open(hint, "w") as fh:
         fh.write(good)
     # A widening commit (a new nullable column), then commits past the next checkpoint.
@@ -372,21 +387,33 @@ def test_held_stale_or_dangling_hint_and_a_widened_schema_across_a_checkpoint(tm
     with open(os.path.join(landing, "f00023.csv"), "w") as fh:
         fh.write("seq\n23\n")
     plan = LandingFilesSource(path=landing, file_format="csv").plan(
-        PlanLog(table, PIPELINE), run_token="run-23", is_committed=lambda k: ask(table, k).committed
+        PlanLog(TableRef.parse(table), PIPELINE),
+        run_token="run-23",
+        is_committed=lambda k: ask(TableRef.parse(table), k).committed,
     )
     staged, manifest = stage_tagged(table, plan, "wide")
     commit_batch(
-        table, plan.key, 0, staged, manifest, table_configuration=CONFIG, schema_policy=SCHEMA_ADD_COLUMNS
+        TableRef.parse(table),
+        plan.key,
+        0,
+        staged,
+        manifest,
+        table_configuration=CONFIG,
+        schema_policy=SCHEMA_ADD_COLUMNS,
     )
     for n in range(24, 33):  # past the checkpoint at 30
         with open(os.path.join(landing, f"f{n:05d}.csv"), "w") as fh:
             fh.write(f"seq\n{n}\n")
         nxt = LandingFilesSource(path=landing, file_format="csv").plan(
-            PlanLog(table, PIPELINE), run_token=f"run-{n}", is_committed=lambda k: ask(table, k).committed
+            PlanLog(TableRef.parse(table), PIPELINE),
+            run_token=f"run-{n}",
+            is_committed=lambda k: ask(TableRef.parse(table), k).committed,
         )
-        commit_batch(table, nxt.key, 0, *stage_tagged(table, nxt, "late"), table_configuration=CONFIG)
+        commit_batch(
+            TableRef.parse(table), nxt.key, 0, *stage_tagged(table, nxt, "late"), table_configuration=CONFIG
+        )
     delta_log.clear_cache()
-    reading = open_table(table)
+    reading = open_table(TableRef.parse(table))
     full = DeltaTable(table)
     assert (
         reading is not None and reading.checkpoint_version == 30 and reading.version() == full.version() == 32

@@ -27,6 +27,7 @@ from airflow_eod.core.errors import BatchError, ConfigurationError, InputChanged
 from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.compare import read_delta_rows, read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, write_order_files
 from airflow_eod.spark.load_job import run_load
@@ -79,7 +80,7 @@ def test_restating_a_batch_whose_files_sit_outside_its_directory_swaps_them(
             app_transactions=[Transaction(plan.key.app_id, 0, int(time.time() * 1000))],
         ),
     )
-    status = ask(table, plan.key)
+    status = ask(TableRef.parse(table), plan.key)
     assert status.record is not None and len(status.record.files) == 1
     result = run_load(spark, spec_for(source, table, restate(source, table, plan), restate=True))
     assert result.generation == 1
@@ -174,7 +175,7 @@ def test_a_restatement_that_died_before_its_record_answers_after_its_marker_expi
     monkeypatch.delenv("EOD_FAULTPOINTS")
     time.sleep(3)
     assert DeltaTable(table).transaction_version(plan.key.app_id) is None, "the marker expired"
-    status = ask(table, plan.key)
+    status = ask(TableRef.parse(table), plan.key)
     assert (status.committed_generation, status.table_version) == (1, 1)
     assert run_load(spark, spec_for(source, table, restated, restate=True, try_number=2)).outcome == (
         "already_committed"
@@ -218,7 +219,11 @@ def test_a_restatement_the_quarantine_table_would_refuse_is_refused_before_the_m
             spec_for(source, table, restate(source, table, plan), restate=True, quarantine_table_uri=q),
         )
     assert (DeltaTable(table).version(), DeltaTable(q).version()) == versions
-    assert ask(table, plan.key).committed_generation == ask(q, plan.key).committed_generation == 0
+    assert (
+        ask(TableRef.parse(table), plan.key).committed_generation
+        == ask(TableRef.parse(q), plan.key).committed_generation
+        == 0
+    )
 
 
 def test_a_table_path_with_a_percent_sign_is_refused_before_anything_is_written(
@@ -271,7 +276,10 @@ def test_a_refreeze_that_never_committed_does_not_move_the_frontier(
     assert len(refrozen.inputs) == 1
     os.rename(aside, b)
     assert run_load(spark, spec_for(source, table, g0, try_number=2)).generation == 0  # g0 lands, with b
-    assert source.plan(PlanLog(table, PIPELINE), run_token="run-2", is_committed=lambda k: True) is None
+    assert (
+        source.plan(PlanLog(TableRef.parse(table), PIPELINE), run_token="run-2", is_committed=lambda k: True)
+        is None
+    )
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 6, cmp.describe()
 
@@ -318,12 +326,15 @@ def test_restating_a_plan_stored_through_a_symlink_by_an_older_release_stays_can
     body["boundary"]["directory"] = link
     body["checksum"] = fingerprint(body)
     json.dump(body, open(path, "w"))
-    old = PlanLog(table, PIPELINE).get_plan(g0.batch_key)
+    old = PlanLog(TableRef.parse(table), PIPELINE).get_plan(g0.batch_key)
     assert old is not None
     g1 = restate(source, table, old)
     assert all(f["path"].startswith(real) for f in g1.inputs) and g1.boundary["directory"] == real
     run_load(spark, spec_for(source, table, g1, restate=True))
-    assert source.plan(PlanLog(table, PIPELINE), run_token="r2", is_committed=lambda k: True) is None
+    assert (
+        source.plan(PlanLog(TableRef.parse(table), PIPELINE), run_token="r2", is_committed=lambda k: True)
+        is None
+    )
     write_order_files(real, 1, 2, first_id=900)
     nxt = plan_for(source, table, run="r3")
     assert [os.path.basename(f["path"]) for f in nxt.inputs] == ["orders-000900-0000.csv"]

@@ -28,6 +28,7 @@ from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.planner import plan_interval_batch
 from airflow_eod.core.source import Credentials, ReadContext
 from airflow_eod.core.storage import atomic_file
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from tests.conftest import REPO
@@ -97,7 +98,7 @@ def test_mapped_interval_load_loads_every_directory_once(
     assert len(batches) == 3
     for pipeline, key in batches:
         assert key == "i-20261119T000000Z-20261120T000000Z"
-        assert ask(table, BatchKey(pipeline, key)).committed
+        assert ask(TableRef.parse(table), BatchKey(pipeline, key)).committed
     assert sorted(r["table_version"] for r in results.values()) == [0, 1, 2]
     cmp = check(table, str(root))
     assert cmp.exact and cmp.table_rows == 240, cmp.describe()
@@ -177,7 +178,7 @@ def test_jdbc_interval_source_refuses_a_zero_length_interval_before_reading(tmp_
     at = datetime(2026, 11, 20, tzinfo=UTC)
     with pytest.raises(ConfigurationError, match="zero-length") as err:
         source.plan(
-            PlanLog(str(tmp_path / "table"), "tests.jdbc_interval"),
+            PlanLog(TableRef.parse(str(tmp_path / "table")), "tests.jdbc_interval"),
             ReadContext(spark_factory=_no_spark, credentials=Credentials("shop", "secret")),
             run_token="run",
             is_committed=lambda key: False,
@@ -309,7 +310,9 @@ def test_cli_status_without_a_table_names_the_batches_planned_there(tmp_path: An
     exits 2, and names the planned batch a runbook needs next."""
     table = str(tmp_path / "table")
     start, end = datetime(2026, 11, 20, tzinfo=UTC), datetime(2026, 11, 21, tzinfo=UTC)
-    plan = plan_interval_batch(PlanLog(table, "tests.cli"), start=start, end=end, inputs=lambda: [])
+    plan = plan_interval_batch(
+        PlanLog(TableRef.parse(table), "tests.cli"), start=start, end=end, inputs=lambda: []
+    )
     assert main(["status", table]) == 2
     out, err = capsys.readouterr()
     assert out == "" and f"there is no Delta table at {table}" in err

@@ -38,6 +38,7 @@ from airflow_eod.core.errors import (
 )
 from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.compare import compare_rows, read_delta_rows, read_rows_by_log
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources.landing_files import LandingFilesSource
@@ -173,7 +174,7 @@ def test_an_idle_offset_pipeline_moves_on_after_its_markers_expire(
     # Housekeeping removes the loaded file; a new file arrives a month later.
     os.unlink(first.inputs[0]["path"])
     write_order_files(landing, 1, 20, first_id=1000)
-    status = ask(table, first.key)
+    status = ask(TableRef.parse(table), first.key)
     assert status.committed and status.table_version == 0 and status.manifest is not None
     nxt = plan_for(source, table, run="r1")
     assert nxt.key != first.key and nxt.seq == 1
@@ -286,7 +287,7 @@ def test_a_delta_log_holding_only_a_temporary_file_is_no_table_yet(
     write_order_files(landing, 1, 10)
     source = orders_source(landing)
     plan = plan_for(source, table)
-    assert open_table(table) is None and not ask(table, plan.key).committed
+    assert open_table(TableRef.parse(table)) is None and not ask(TableRef.parse(table), plan.key).committed
     assert run_load(spark, spec_for(source, table, plan)).outcome == "committed"
     cmp = check(table, landing)
     assert cmp.exact, cmp.describe()
@@ -300,7 +301,7 @@ def test_planning_into_a_foreign_directory_writes_nothing_there(landing: str, tm
     write_order_files(landing, 1, 5)
     with pytest.raises(UnsupportedTableError, match="not a Delta table"):
         orders_source(landing).plan(
-            PlanLog(str(target), PIPELINE), run_token="r", is_committed=lambda k: False
+            PlanLog(TableRef.parse(str(target)), PIPELINE), run_token="r", is_committed=lambda k: False
         )
     assert sorted(os.listdir(target)) == ["report.csv"]
 
@@ -368,7 +369,9 @@ def test_the_same_landing_directory_through_a_symlink_loads_nothing_again(
     via_link = orders_source(link)
     assert (
         via_link.plan(
-            PlanLog(table, PIPELINE), run_token="r1", is_committed=lambda k: ask(table, k).committed
+            PlanLog(TableRef.parse(table), PIPELINE),
+            run_token="r1",
+            is_committed=lambda k: ask(TableRef.parse(table), k).committed,
         )
         is None
     )
@@ -388,7 +391,9 @@ def test_the_same_files_under_another_mount_path_are_refused(
     os.system(f"cp -a {landing} {remount}")  # the same files, names, sizes and mtimes elsewhere
     with pytest.raises(Exception, match="frontier belongs to one source"):
         orders_source(remount).plan(
-            PlanLog(table, PIPELINE), run_token="r1", is_committed=lambda k: ask(table, k).committed
+            PlanLog(TableRef.parse(table), PIPELINE),
+            run_token="r1",
+            is_committed=lambda k: ask(TableRef.parse(table), k).committed,
         )
 
 
@@ -411,9 +416,9 @@ def test_a_plan_log_left_behind_by_a_dropped_table_is_refused_until_moved_aside(
     shutil.move(os.path.join(table, "_eod"), os.path.join(os.path.dirname(table), "_eod.old"))
     while (
         nxt := source.plan(
-            PlanLog(table, PIPELINE),
+            PlanLog(TableRef.parse(table), PIPELINE),
             run_token=f"again-{time.time()}",
-            is_committed=lambda k: ask(table, k).committed,
+            is_committed=lambda k: ask(TableRef.parse(table), k).committed,
         )
     ) is not None:
         run_load(spark, spec_for(source, table, nxt))
@@ -494,7 +499,10 @@ def test_offset_plans_written_before_paths_were_canonical_still_count_as_loaded(
     body["checksum"] = fingerprint(body)
     with open(path, "w") as fh:
         json.dump(body, fh)
-    assert source.plan(PlanLog(table, PIPELINE), run_token="r1", is_committed=lambda k: True) is None
+    assert (
+        source.plan(PlanLog(TableRef.parse(table), PIPELINE), run_token="r1", is_committed=lambda k: True)
+        is None
+    )
 
 
 @pytest.mark.airflow
@@ -511,8 +519,8 @@ def test_a_retried_restatement_refreezes_once_after_the_source_is_fixed(
     source = orders_source(landing, boundary="interval")
     plan = interval_plan(source, table, DAY, DAY + timedelta(days=1))
     run_load(spark, spec_for(source, table, plan))
-    request = LoadRequest(table, PIPELINE, "restate-run", restate=True)
-    log, ctx = PlanLog(table, PIPELINE), ReadContext(spark_factory=lambda: spark)
+    request = LoadRequest(TableRef.parse(table), PIPELINE, "restate-run", restate=True)
+    log, ctx = PlanLog(TableRef.parse(table), PIPELINE), ReadContext(spark_factory=lambda: spark)
     path = plan.inputs[0]["path"]
 
     try1 = _restated(request, log, plan, source, ctx)[0]

@@ -23,6 +23,7 @@ from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
 from airflow_eod.core.faults import JOB_POINTS, InjectedFault
 from airflow_eod.core.planlog.restatement import plan_restatement
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.compare import compare_rows, read_delta_rows, read_landing_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.sources.landing_files import LandingFilesSource
@@ -43,19 +44,21 @@ def _bad_file(landing: str, name: str, ids: list[str]) -> None:
 
 def _rejects(quarantine: str) -> list[str]:
     """The first field of every raw record the quarantine table holds (sorted)."""
-    if open_table(quarantine) is None:
+    if open_table(TableRef.parse(quarantine)) is None:
         return []
     rows = pa.table(DeltaTable(quarantine).to_pyarrow_table()).to_pylist()
     return sorted(r["raw_record"].split(",")[0] for r in rows)
 
 
 def _version(table: str) -> int | None:
-    t = open_table(table)
+    t = open_table(TableRef.parse(table))
     return None if t is None else t.version()
 
 
 def _generations(table: str, quarantine: str, plan: Plan) -> tuple[int | None, int | None]:
-    return ask(table, plan.key).committed_generation, ask(quarantine, plan.key).committed_generation
+    return ask(TableRef.parse(table), plan.key).committed_generation, ask(
+        TableRef.parse(quarantine), plan.key
+    ).committed_generation
 
 
 def _check_main(table: str, landing: str) -> None:
@@ -85,7 +88,7 @@ def _interval_batch(
         _bad_file(landing, "g0", rejects)
     source = orders_source(landing, boundary="interval")
     plan = source.plan(
-        PlanLog(table, pipeline),
+        PlanLog(TableRef.parse(table), pipeline),
         None,
         run_token="run-0",
         is_committed=lambda k: False,
@@ -112,10 +115,10 @@ def _correct(landing: str, rows: int, first_id: int, rejects: list[str]) -> None
 
 def _restated(source: LandingFilesSource, table: str, plan: Plan, pipeline: str) -> Plan:
     return plan_restatement(
-        PlanLog(table, pipeline),
+        PlanLog(TableRef.parse(table), pipeline),
         plan,
         run_token="fix-run",
-        committed_generation=ask(table, plan.key).committed_generation,
+        committed_generation=ask(TableRef.parse(table), plan.key).committed_generation,
         replan=source.replan,
     )
 
@@ -152,12 +155,15 @@ def test_a_restatement_with_new_rejects_replaces_the_old_ones(spark: Any, tmp_pa
 def test_a_clean_first_load_makes_no_quarantine_commit(spark: Any, tmp_path: Any, table: str) -> None:
     quarantine = str(tmp_path / "quarantine")
     source, plan, landing = _interval_batch(spark, tmp_path, table, quarantine, "tests.q_none", [])
-    assert open_table(quarantine) is None
+    assert open_table(TableRef.parse(quarantine)) is None
     # A clean restatement of a batch that never had rejects has nothing to remove either.
     _correct(landing, 4, 700, [])
     restated = _restated(source, table, plan, "tests.q_none")
     run_load(spark, spec_for(source, table, restated, restate=True, quarantine_table_uri=quarantine))
-    assert open_table(quarantine) is None and ask(table, plan.key).committed_generation == 1
+    assert (
+        open_table(TableRef.parse(quarantine)) is None
+        and ask(TableRef.parse(table), plan.key).committed_generation == 1
+    )
     _check_main(table, landing)
 
 
@@ -213,7 +219,9 @@ def test_a_refused_batch_that_is_fixed_lands_in_both_tables_once(
     plan = plan_for(source, table, run="next")
     with pytest.raises(SchemaMismatchError):
         run_load(spark, spec_for(source, table, plan, quarantine_table_uri=quarantine), transform=_add_column)
-    assert open_table(quarantine) is None, "no quarantine table was created for a refused batch"
+    assert open_table(TableRef.parse(quarantine)) is None, (
+        "no quarantine table was created for a refused batch"
+    )
     result = run_load(spark, spec_for(source, table, plan, try_number=2, quarantine_table_uri=quarantine))
     assert result.outcome == "committed" and result.rows == 6
     assert _rejects(quarantine) == ["b1"] and _generations(table, quarantine, plan) == (0, 0)

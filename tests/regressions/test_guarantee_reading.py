@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 from airflow_eod.core.ask import ask
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, MalformedInputError, SchemaMismatchError
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.compare import compare_rows, read_delta_rows
 from airflow_eod.examples.sample_data import ORDERS_COLUMNS, write_order_files
 from airflow_eod.sources.landing_files import LandingFilesSource
@@ -49,7 +50,7 @@ def _orders_csv(path: str, first_id: int, rows: int) -> None:
 
 
 def _version(table: str) -> int | None:
-    t = open_table(table)
+    t = open_table(TableRef.parse(table))
     return None if t is None else t.version()
 
 
@@ -113,7 +114,7 @@ def test_a_read_of_other_files_than_planned_fails_the_batch(
     assert f"planned but not read: {os.path.join(landing, 'x[1].csv')}" in text
     assert f"read more than once: {os.path.join(landing, 'x1.csv')}" in text
     assert "nothing was committed" in text
-    assert _version(table) is None and not ask(table, plan.key).committed
+    assert _version(table) is None and not ask(TableRef.parse(table), plan.key).committed
 
 
 def test_the_resolved_files_check_compares_multisets() -> None:
@@ -188,7 +189,7 @@ def _drift_case(
     text = str(err.value)
     assert text.startswith(f"batch {plan.key.label}:") and "nothing was committed" in text
     assert os.path.join(landing, new_file) in text and column in text and "schema_drift='add_columns'" in text
-    assert DeltaTable(table).version() == version and not ask(table, plan.key).committed
+    assert DeltaTable(table).version() == version and not ask(TableRef.parse(table), plan.key).committed
     result = run_load(spark, spec_for(source, table, plan, schema_drift="add_columns"))
     assert result.outcome == "committed"
     return text, result
@@ -270,7 +271,7 @@ def _malformed(spark: Any, source: LandingFilesSource, table: str) -> tuple[str,
     plan = plan_for(source, table)
     with pytest.raises(MalformedInputError) as err:
         run_load(spark, spec_for(source, table, plan))
-    assert _version(table) is None and not ask(table, plan.key).committed
+    assert _version(table) is None and not ask(TableRef.parse(table), plan.key).committed
     return str(err.value), plan.key.label
 
 

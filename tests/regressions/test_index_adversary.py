@@ -26,6 +26,7 @@ from airflow_eod.core.delta.parquet_stats import file_stats
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.planlog.store import Plan
 from airflow_eod.core.staged_files import StagedBatch, StagedFile
+from airflow_eod.core.table_ref import TableRef
 from tests.support.helpers import land_and_plan, stage_rows
 
 pytestmark = pytest.mark.guarantee
@@ -69,7 +70,9 @@ def test_a_stale_attempts_commit_in_a_cleanup_hole_is_not_taken_for_the_batchs_c
     table = str(tmp_path / "table")
     a_land, b_land = str(tmp_path / "land-a"), str(tmp_path / "land-b")
     b0 = land_and_plan(table, b_land, "tests.idx.b", 0)
-    commit_batch(table, b0.key, 0, *stage_rows(table, b0, 0, "b", [0]), table_configuration=cfg)
+    commit_batch(
+        TableRef.parse(table), b0.key, 0, *stage_rows(table, b0, 0, "b", [0]), table_configuration=cfg
+    )
     k = land_and_plan(table, a_land, "tests.idx.a", 0)
     a1 = stage_rows(table, k, 0, "a1", [0])
     a2 = stage_rows(table, k, 0, "a2", [0])
@@ -87,22 +90,26 @@ def test_a_stale_attempts_commit_in_a_cleanup_hole_is_not_taken_for_the_batchs_c
             monkeypatch.setattr(commit_mod, "write_commit", real_write)
             monkeypatch.setattr(commit_mod, "_record_commit", died)
             with pytest.raises(RuntimeError):
-                commit_batch(table, k.key, 0, *a1, table_configuration=cfg)
+                commit_batch(TableRef.parse(table), k.key, 0, *a1, table_configuration=cfg)
             monkeypatch.setattr(commit_mod, "_record_commit", real_record)
             b1 = land_and_plan(table, b_land, "tests.idx.b", 1)
-            commit_batch(table, b1.key, 0, *stage_rows(table, b1, 0, "b", [1]), table_configuration=cfg)
-            assert not os.path.exists(delta_log.commit_path(table, 1)), "the cleanup left version 1"
+            commit_batch(
+                TableRef.parse(table), b1.key, 0, *stage_rows(table, b1, 0, "b", [1]), table_configuration=cfg
+            )
+            assert not os.path.exists(delta_log.commit_path(TableRef.parse(table), 1)), (
+                "the cleanup left version 1"
+            )
         return real_write(table_log, *args, **kw)
 
     monkeypatch.setattr(commit_mod, "write_commit", stalled)
     delta_log.clear_cache()
-    ours, status = commit_batch(table, k.key, 0, *a2, table_configuration=cfg)
+    ours, status = commit_batch(TableRef.parse(table), k.key, 0, *a2, table_configuration=cfg)
     assert fired == [0]
     delta_log.clear_cache()
     assert _tagged_rows(table) == [("a1", 0), ("b", 0), ("b", 1)]  # A1's rows, once
     answered = status.manifest.attempt_id if status.manifest else None
     # What the load job does next with the answer (load_job.run_load, step 6's cleanup).
-    remove_uncommitted_attempts(table, status)
+    remove_uncommitted_attempts(TableRef.parse(table), status)
     try:
         after: Any = _tagged_rows(table)
     except Exception as exc:  # a live file is gone: every read of the table fails
@@ -123,7 +130,12 @@ _CFG = {"delta.checkpointInterval": "3"}
 def _load(table: str, landing: str, pipeline: str, n: int, **kw: Any) -> Plan:
     plan = land_and_plan(table, landing, pipeline, n)
     commit_batch(
-        table, plan.key, 0, *stage_rows(table, plan, 0, pipeline, [n]), table_configuration=_CFG, **kw
+        TableRef.parse(table),
+        plan.key,
+        0,
+        *stage_rows(table, plan, 0, pipeline, [n]),
+        table_configuration=_CFG,
+        **kw,
     )
     return plan
 
@@ -134,7 +146,7 @@ def _decoded(table: str) -> delta_log.TableLog:
     delta_log.clear_cache()
     try:
         delta_log.read_index = lambda *a, **k: None  # type: ignore[assignment]
-        reading = delta_log.read_log(table)
+        reading = delta_log.read_log(TableRef.parse(table))
     finally:
         delta_log.read_index = real  # type: ignore[assignment]
         delta_log.clear_cache()
@@ -144,7 +156,7 @@ def _decoded(table: str) -> delta_log.TableLog:
 
 def _indexed(table: str) -> delta_log.TableLog:
     delta_log.clear_cache()
-    reading = delta_log.read_log(table)
+    reading = delta_log.read_log(TableRef.parse(table))
     assert reading is not None
     return reading
 
@@ -179,7 +191,15 @@ def test_held_the_index_carries_widened_schema_new_configuration_and_a_restated_
         staged.attempt_dir,
         [StagedFile(staged.files[0].path, st.st_size, int(st.st_mtime * 1000), {}, rows, stats)],
     )
-    commit_batch(table, p2.key, 0, staged, manifest, table_configuration=_CFG, schema_policy="add_columns")
+    commit_batch(
+        TableRef.parse(table),
+        p2.key,
+        0,
+        staged,
+        manifest,
+        table_configuration=_CFG,
+        schema_policy="add_columns",
+    )
     plans.append(p2)
     # Restate batch 0 to generation 1 (same columns as the table now has).
     g1 = stage_rows(table, plans[0], 1, "m", [100])
@@ -197,13 +217,13 @@ def test_held_the_index_carries_widened_schema_new_configuration_and_a_restated_
         ),
         g1[1],
     )
-    commit_batch(table, plans[0].key, 1, *g1, table_configuration=_CFG, replace_previous=True)
+    commit_batch(TableRef.parse(table), plans[0].key, 1, *g1, table_configuration=_CFG, replace_previous=True)
     # The committer's checkpoint (as commit_batch calls it when one is due).
     from airflow_eod.core.delta.commit_writer import write_checkpoint
 
     version = DeltaTable(table).version()
-    write_checkpoint(table, version, DeltaTable(table).metadata().configuration)
-    assert os.path.exists(delta_log.checkpoint_path(table, version))
+    write_checkpoint(TableRef.parse(table), version, DeltaTable(table).metadata().configuration)
+    assert os.path.exists(delta_log.checkpoint_path(TableRef.parse(table), version))
     ids = [p.key.app_id for p in plans] + ["eod:nobody:nothing"]
     indexed, decoded = _indexed(table), _decoded(table)
     assert indexed.stats.index_files_read == 1 and indexed.version() == indexed.checkpoint_version
@@ -217,7 +237,7 @@ def test_held_the_index_carries_widened_schema_new_configuration_and_a_restated_
         "extra",
     ]
     assert indexed.transaction_version(plans[0].key.app_id) == 1
-    assert ask(table, plans[0].key, 1).committed
+    assert ask(TableRef.parse(table), plans[0].key, 1).committed
     assert ("m", 100) in _tagged_rows(table) and ("tests.idx.m", 0) not in _tagged_rows(table)
 
 
@@ -234,7 +254,7 @@ def test_held_another_writers_checkpoint_at_an_indexed_version_is_read_from_the_
     # deltalake does not re-write an existing checkpoint; another engine does (a temporary
     # file renamed over it). It drops the marker of batch 0, as one whose
     # setTransactionRetentionDuration had passed would be dropped.
-    checkpoint = delta_log.checkpoint_path(table, 3)
+    checkpoint = delta_log.checkpoint_path(TableRef.parse(table), 3)
     body = pq.read_table(checkpoint)
     txn = body.column("txn").to_pylist()
     keep = [t is None or t["appId"] != plans[0].key.app_id for t in txn]
@@ -244,7 +264,7 @@ def test_held_another_writers_checkpoint_at_an_indexed_version_is_read_from_the_
     assert again.stats.index_files_read == 0 and again.stats.checkpoint_files_read == 1
     _same(again, _decoded(table), [p.key.app_id for p in plans])
     assert again.transaction_version(plans[0].key.app_id) is None
-    assert all(ask(table, p.key).committed for p in plans)  # batch 0 through its record
+    assert all(ask(TableRef.parse(table), p.key).committed for p in plans)  # batch 0 through its record
 
 
 def test_held_a_crash_between_the_buckets_and_index_json_is_read_around(tmp_path: Any) -> None:
@@ -265,8 +285,10 @@ def test_held_a_crash_between_the_buckets_and_index_json_is_read_around(tmp_path
         fh.write('{"format": 1, "vers')  # truncated
     assert _indexed(table).stats.index_files_read == 0
     os.unlink(os.path.join(root, where, "index.json"))
-    files = [delta_log.checkpoint_path(table, 3)]
-    checkpoint_index.index_after_checkpoint(table, 3, files, delta_log.read_checkpoint_markers)
+    files = [delta_log.checkpoint_path(TableRef.parse(table), 3)]
+    checkpoint_index.index_after_checkpoint(
+        TableRef.parse(table), 3, files, delta_log.read_checkpoint_markers
+    )
     reading = _indexed(table)
     assert reading.stats.index_files_read == 1
     _same(reading, _decoded(table), [p.key.app_id for p in plans])

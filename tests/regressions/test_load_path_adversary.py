@@ -17,6 +17,7 @@ from airflow_eod.core.ask import ask
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, MalformedInputError
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load
@@ -32,15 +33,15 @@ def _jctx(spark: Any, pg: Any) -> ReadContext:
 
 def _jplan(src: JdbcIncrementalSource, ctx: ReadContext, table: str, run: str) -> Plan | None:
     return src.plan(
-        PlanLog(table, "tests.attack.jdbc"),
+        PlanLog(TableRef.parse(table), "tests.attack.jdbc"),
         ctx,
         run_token=run,
-        is_committed=lambda k: ask(table, k).committed,
+        is_committed=lambda k: ask(TableRef.parse(table), k).committed,
     )
 
 
 def _jspec(src: JdbcIncrementalSource, table: str, plan: Plan) -> LoadSpec:
-    return LoadSpec(table_uri=table, plan=plan, source=src, run_id="r", try_number=1)
+    return LoadSpec(table=TableRef.parse(table), plan=plan, source=src, run_id="r", try_number=1)
 
 
 @contextmanager
@@ -130,7 +131,7 @@ def test_a_parquet_batch_whose_write_fails_reports_the_writes_own_error(
     with pytest.raises(BatchError) as err:
         run_load(spark, spec_for(source, table, plan))
     assert "No space left on device" in str(err.value), str(err.value)
-    assert open_table(table) is None
+    assert open_table(TableRef.parse(table)) is None
 
 
 @pytest.mark.spark
@@ -151,7 +152,7 @@ def test_a_csv_batch_read_with_the_users_failfast_mode_reports_the_malformed_rec
         run_load(spark, spec_for(source, table, plan))
     text = str(err.value)
     assert "_eod_corrupt_record" not in text, text
-    assert open_table(table) is None
+    assert open_table(TableRef.parse(table)) is None
 
 
 @pytest.mark.spark
@@ -173,7 +174,7 @@ def test_a_parquet_file_of_another_type_than_declared_reports_sparks_error(
     with pytest.raises(BatchError) as err:
         run_load(spark, spec_for(source, table, plan))
     assert "_eod_corrupt_record" not in str(err.value), str(err.value)
-    assert open_table(table) is None
+    assert open_table(TableRef.parse(table)) is None
 
 
 # -- the log reader: a commit in a cleanup hole -----------------------------------------------
@@ -203,10 +204,14 @@ def test_a_restatement_that_lands_in_a_cleanup_hole_is_not_taken_for_visible(
     table = str(tmp_path / "table")
     a_land, b_land = str(tmp_path / "land-a"), str(tmp_path / "land-b")
     plan = land_and_plan(table, a_land, "tests.attack.a", 0)
-    commit_batch(table, plan.key, 0, *stage_rows(table, plan, 0, "a", [0]), table_configuration=cfg)
+    commit_batch(
+        TableRef.parse(table), plan.key, 0, *stage_rows(table, plan, 0, "a", [0]), table_configuration=cfg
+    )
     b0 = land_and_plan(table, b_land, "tests.attack.b", 0)
-    commit_batch(table, b0.key, 0, *stage_rows(table, b0, 0, "b", [0]), table_configuration=cfg)
-    assert ask(table, plan.key).committed_generation == 0
+    commit_batch(
+        TableRef.parse(table), b0.key, 0, *stage_rows(table, b0, 0, "b", [0]), table_configuration=cfg
+    )
+    assert ask(TableRef.parse(table), plan.key).committed_generation == 0
 
     real = commit_mod.write_commit
     fired: list[int] = []
@@ -218,7 +223,13 @@ def test_a_restatement_that_lands_in_a_cleanup_hole_is_not_taken_for_visible(
             # the version our reading will write (v+1) is removed again: a hole.
             for n in (1, 2):
                 p = land_and_plan(table, b_land, "tests.attack.b", n)
-                commit_batch(table, p.key, 0, *stage_rows(table, p, 0, "b", [n]), table_configuration=cfg)
+                commit_batch(
+                    TableRef.parse(table),
+                    p.key,
+                    0,
+                    *stage_rows(table, p, 0, "b", [n]),
+                    table_configuration=cfg,
+                )
         return real(table_log, *args, **kw)
 
     monkeypatch.setattr(commit_mod, "write_commit", overtaken)
@@ -226,7 +237,9 @@ def test_a_restatement_that_lands_in_a_cleanup_hole_is_not_taken_for_visible(
     g1 = stage_rows(table, plan, 1, "a", new_rows)  # [empty]: the corrected input is empty
     outcome: Any
     try:
-        outcome = commit_batch(table, plan.key, 1, *g1, table_configuration=cfg, replace_previous=True)
+        outcome = commit_batch(
+            TableRef.parse(table), plan.key, 1, *g1, table_configuration=cfg, replace_previous=True
+        )
     except Exception as exc:
         outcome = exc
     monkeypatch.setattr(commit_mod, "write_commit", real)
@@ -235,19 +248,19 @@ def test_a_restatement_that_lands_in_a_cleanup_hole_is_not_taken_for_visible(
     # However the attempt ended, a retry must be able to finish the restatement, and the
     # table must then hold no row of the batch.
     try:
-        status = ask(table, plan.key, 1)
+        status = ask(TableRef.parse(table), plan.key, 1)
     except Exception as exc:
         pytest.fail(f"the batch is wedged after the restatement attempt ({outcome!r}): {exc}")
     if not status.committed:
         commit_batch(
-            table,
+            TableRef.parse(table),
             plan.key,
             1,
             *stage_rows(table, plan, 1, "a", new_rows),
             table_configuration=cfg,
             replace_previous=True,
         )
-        status = ask(table, plan.key, 1)
+        status = ask(TableRef.parse(table), plan.key, 1)
     assert status.committed_generation == 1
     rows = DeltaTable(table).to_pyarrow_table()
     tagged = sorted(zip(rows.column("src").to_pylist(), rows.column("seq").to_pylist(), strict=True))
@@ -280,7 +293,9 @@ def test_a_missing_record_is_repaired_after_an_optimize_and_a_checkpoint(
     table = str(tmp_path / "table")
     a_land, b_land = str(tmp_path / "land-a"), str(tmp_path / "land-b")
     b0 = land_and_plan(table, b_land, "tests.attack.b", 0)
-    commit_batch(table, b0.key, 0, *stage_rows(table, b0, 0, "b", [0]), table_configuration=cfg)
+    commit_batch(
+        TableRef.parse(table), b0.key, 0, *stage_rows(table, b0, 0, "b", [0]), table_configuration=cfg
+    )
     k = land_and_plan(table, a_land, "tests.attack.a", 0)
 
     real_record = commit_mod._record_commit
@@ -290,17 +305,21 @@ def test_a_missing_record_is_repaired_after_an_optimize_and_a_checkpoint(
 
     monkeypatch.setattr(commit_mod, "_record_commit", died)
     with pytest.raises(RuntimeError):
-        commit_batch(table, k.key, 0, *stage_rows(table, k, 0, "a", [0]), table_configuration=cfg)
+        commit_batch(
+            TableRef.parse(table), k.key, 0, *stage_rows(table, k, 0, "a", [0]), table_configuration=cfg
+        )
     monkeypatch.setattr(commit_mod, "_record_commit", real_record)
     assert DeltaTable(table).version() == 1
 
     DeltaTable(table).optimize.compact()  # another writer's OPTIMIZE: K's file is rewritten
     b1 = land_and_plan(table, b_land, "tests.attack.b", 1)
-    commit_batch(table, b1.key, 0, *stage_rows(table, b1, 0, "b", [1]), table_configuration=cfg)
+    commit_batch(
+        TableRef.parse(table), b1.key, 0, *stage_rows(table, b1, 0, "b", [1]), table_configuration=cfg
+    )
     assert os.path.exists(os.path.join(table, "_delta_log", f"{1:020d}.json")), "commit 1 is still in the log"
 
     delta_log.clear_cache()
-    status = ask(table, k.key)
+    status = ask(TableRef.parse(table), k.key)
     assert status.committed_generation == 0
     assert status.record is not None and status.table_version == 1, (
         f"commit 1 carries K's marker and is still in the log, yet no record was repaired: {status}"
@@ -360,4 +379,4 @@ def test_failfast_single_pass_flags_what_permissive_flags(spark: Any, tmp_path: 
     plan = plan_for(source, table)
     with pytest.raises(MalformedInputError):
         run_load(spark, spec_for(source, table, plan, **kw))
-    assert open_table(table) is None
+    assert open_table(TableRef.parse(table)) is None

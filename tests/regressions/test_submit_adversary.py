@@ -32,6 +32,7 @@ from airflow_eod.core.errors import BatchError, InputChangedError
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, NO_NEW_DATA
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
@@ -104,7 +105,7 @@ def test_libpq_planning_of_a_timestamptz_key_works_whatever_the_database_datesty
         key_type="timestamp",
     )
     jvm_plan = jvm.plan(
-        PlanLog(table + "-jvm", "adv.datestyle"),
+        PlanLog(TableRef.parse(table + "-jvm"), "adv.datestyle"),
         ReadContext(spark_factory=lambda: spark, credentials=creds),
         run_token="control",
         is_committed=lambda k: False,
@@ -114,10 +115,10 @@ def test_libpq_planning_of_a_timestamptz_key_works_whatever_the_database_datesty
     for run in ("run-1", "run-2", "run-3"):
         results.append(
             load_batch(
-                LoadRequest(table, "adv.datestyle", run),
+                LoadRequest(TableRef.parse(table), "adv.datestyle", run),
                 source,
                 ReadContext(spark_factory=_no_spark, credentials=creds),
-                run=local_run(lambda: spark, table, source, credentials=creds),
+                run=local_run(lambda: spark, TableRef.parse(table), source, credentials=creds),
             )
         )
     assert [(r.outcome, r.rows) for r in results] == [(COMMITTED, 15), (COMMITTED, 5), (NO_NEW_DATA, 0)]
@@ -146,10 +147,10 @@ def test_libpq_planning_reads_the_same_table_as_the_jvm_read_whatever_pgoptions_
     outcomes = []
     for run in ("run-1", "run-2"):
         r = load_batch(
-            LoadRequest(table, "adv.pgoptions", run),
+            LoadRequest(TableRef.parse(table), "adv.pgoptions", run),
             source,
             ReadContext(spark_factory=lambda: spark, credentials=creds),
-            run=local_run(lambda: spark, table, source, credentials=creds),
+            run=local_run(lambda: spark, TableRef.parse(table), source, credentials=creds),
         )
         outcomes.append((r.outcome, r.rows))
     monkeypatch.delenv("PGOPTIONS")
@@ -175,13 +176,13 @@ def test_a_driver_in_a_non_utc_time_zone_writes_the_source_timestamps_unchanged(
     source = JdbcIncrementalSource(url=postgres.jdbc_url, table=name, key_column="id")
     creds = Credentials(postgres.user, postgres.password)
     plan = source.plan(
-        PlanLog(table, "adv.driver_tz"),
+        PlanLog(TableRef.parse(table), "adv.driver_tz"),
         ReadContext(spark_factory=_no_spark, credentials=creds),
         run_token="run-1",
-        is_committed=lambda k: ask(table, k).committed,
+        is_committed=lambda k: ask(TableRef.parse(table), k).committed,
     )
     assert plan is not None
-    spec = LoadSpec(table_uri=table, plan=plan, source=source, run_id="run-1", try_number=1)
+    spec = LoadSpec(table=TableRef.parse(table), plan=plan, source=source, run_id="run-1", try_number=1)
     env = {
         "TZ": "America/New_York",
         "PYSPARK_SUBMIT_ARGS": "--jars /usr/share/java/postgresql.jar pyspark-shell",
@@ -192,7 +193,7 @@ def test_a_driver_in_a_non_utc_time_zone_writes_the_source_timestamps_unchanged(
     child = run_child(spec, str(tmp_path), env=env)
     out, _ = child.communicate(timeout=240)
     assert child.returncode == 0, out.decode(errors="replace")[-3000:]
-    assert ask(table, plan.key).committed
+    assert ask(TableRef.parse(table), plan.key).committed
     cmp = check_against_postgres(postgres, name, table)
     assert cmp.exact and cmp.table_rows == 10, cmp.describe()
 
@@ -333,7 +334,11 @@ def test_an_input_changed_after_planning_fails_with_the_same_clear_error_in_both
     op = _landing_op(execution, day_dir, table, pipeline)
     # Freeze the interval's plan as a first try would, then the delivery is corrected.
     frozen = op.build_source().plan(
-        PlanLog(table, pipeline), ReadContext(), run_token="t", is_committed=lambda k: False, interval=DAY
+        PlanLog(TableRef.parse(table), pipeline),
+        ReadContext(),
+        run_token="t",
+        is_committed=lambda k: False,
+        interval=DAY,
     )
     assert frozen is not None
     _rewrite(day_dir, 7, seed=99)
@@ -483,13 +488,16 @@ def test_a_zombie_restatement_driver_loses_to_a_retry_that_refreezes_the_correct
     _wait_for(lambda: not any(p.is_running() for p in zombies), 120, "the zombie driver to end")
     assert (result["outcome"], result["generation"], result["rows"]) == (COMMITTED, 2, 14), result
     assert [v for _, v in _txn_commits(table)][-1] == 2, _txn_commits(table)
-    assert ask(table, _plan_key(table, "adv.zombie", first["batch_key"])).committed_generation == 2
+    assert (
+        ask(TableRef.parse(table), _plan_key(table, "adv.zombie", first["batch_key"])).committed_generation
+        == 2
+    )
     cmp = check(table, day_dir)
     assert cmp.exact and cmp.table_rows == 14, cmp.describe()
 
 
 def _plan_key(table: str, pipeline: str, batch_key: str) -> Any:
-    plan = PlanLog(table, pipeline).get_plan(batch_key)
+    plan = PlanLog(TableRef.parse(table), pipeline).get_plan(batch_key)
     assert plan is not None
     return plan.key
 

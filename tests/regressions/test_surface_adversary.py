@@ -13,6 +13,7 @@ import pytest
 
 from airflow_eod.core.ddl_schema import ddl_columns
 from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.table_ref import TableRef
 
 # -- the JVM-free DDL parser refuses schemas Spark accepts (a valid DAG fails to import) ---
 
@@ -135,7 +136,7 @@ def test_load_into_a_table_delta_spark_is_creating_is_retryable(tmp_path: Any) -
 
     table = _table_being_created_by_delta_spark(tmp_path)
     try:
-        assert open_table(table) is None, "no commit yet: no table yet, to be asked again"
+        assert open_table(TableRef.parse(table)) is None, "no commit yet: no table yet, to be asked again"
     except EodError as exc:
         pytest.fail(f"{type(exc).__name__} (retryable={exc.retryable}) for a table being created: {exc}")
 
@@ -181,7 +182,7 @@ def test_retry_after_a_died_delta_spark_first_write_is_not_refused_forever(tmp_p
     (table / META_DIR / "orders").mkdir(parents=True)
     (table / "part-00000-3f0c7c1e-0b1a-4b8e-9d2a-1a2b3c4d5e6f-c000.snappy.parquet").write_bytes(b"PAR1")
     try:
-        open_table(str(table))
+        open_table(TableRef.parse(str(table)))
     except EodError as exc:
         pytest.fail(f"{type(exc).__name__} (retryable={exc.retryable}) on our own leftovers: {exc}")
 
@@ -280,9 +281,11 @@ def test_trigger_asks_the_table_the_sensor_asked_for_a_relative_table_uri(
 
     # The load commits the batch into the worker's lake/t.
     table = str(worker / "lake" / "t")
-    plan = PlanLog(table, key.pipeline_id).put_plan(Plan(key.pipeline_id, key.key, "interval", {"k": 1}, []))
+    plan = PlanLog(TableRef.parse(table), key.pipeline_id).put_plan(
+        Plan(key.pipeline_id, key.key, "interval", {"k": 1}, [])
+    )
     staged, manifest = stage_rows(table, plan, 0, key.key, [1, 2])
-    assert commit_batch(table, plan.key, 0, staged, manifest)[1].committed
+    assert commit_batch(TableRef.parse(table), plan.key, 0, staged, manifest)[1].committed
 
     monkeypatch.chdir(triggerer)  # the triggerer runs elsewhere
 

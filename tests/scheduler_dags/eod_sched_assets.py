@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, task
 
-from airflow_eod.core.table_layout import table_asset_uri
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
 
 ROOT = os.environ.get("EOD_SCHED_ROOT", "/nonexistent/eod-sched")
@@ -40,7 +40,7 @@ with DAG(
 
 with DAG(
     "eod_sched_asset_reader",
-    schedule=[Asset(uri=table_asset_uri(TABLE))],
+    schedule=[Asset(uri=TableRef.parse(TABLE).asset_uri)],
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     tags=["airflow-eod", "tests"],

@@ -27,6 +27,7 @@ from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
 from airflow_eod.core.planlog.intervals import IntervalIndex, span_of
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.result import LoadResult
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from tests.support.jdbc_helpers import check_against_postgres, create_orders
@@ -78,14 +79,20 @@ def _load(
 ) -> LoadResult:
     creds = _creds(pg)
     request = LoadRequest(
-        table, PIPE, token, interval=interval, restate=restate_key is not None, restate_batch_key=restate_key
+        TableRef.parse(table),
+        PIPE,
+        token,
+        interval=interval,
+        restate=restate_key is not None,
+        restate_batch_key=restate_key,
     )
     ctx = ReadContext(spark_factory=lambda: spark, credentials=creds)
     return load_batch(
         request,
         source,
         ctx,
-        run=run or local_run(lambda: spark, table, source, credentials=creds, transform_fn=transform),
+        run=run
+        or local_run(lambda: spark, TableRef.parse(table), source, credentials=creds, transform_fn=transform),
     )
 
 
@@ -129,7 +136,9 @@ def test_an_interval_overlapping_committed_ones_is_refused_and_the_same_interval
     assert "i-20250101T000000Z-20250102T000000Z" in text and "i-20250102T000000Z-20250103T000000Z" in text
     assert "restate" in text and "do not overlap" in text and text.count("(committed)") == 2
     assert not err.value.retryable
-    assert PlanLog(table, PIPE).get_plan("i-20250101T120000Z-20250102T120000Z") is None, "nothing frozen"
+    assert PlanLog(TableRef.parse(table), PIPE).get_plan("i-20250101T120000Z-20250102T120000Z") is None, (
+        "nothing frozen"
+    )
     assert _version(table) == version, "nothing committed"
     # Refused again on another try (the refusal left nothing behind that lets it through).
     with pytest.raises(OverlappingIntervalError):
@@ -146,7 +155,7 @@ def test_an_interval_overlapping_committed_ones_is_refused_and_the_same_interval
 def _plan_log(tmp_path: Any) -> PlanLog:
     path = tmp_path / "t"
     path.mkdir(parents=True)
-    return PlanLog(str(path), PIPE)
+    return PlanLog(TableRef.parse(str(path)), PIPE)
 
 
 def _freeze(plan_log: PlanLog, start: dt.datetime, end: dt.datetime) -> Plan:
@@ -273,7 +282,7 @@ def test_an_update_between_planning_and_the_read_fails_then_a_refreeze_loads_the
     create_orders(postgres, "edges_update")
     _rows(postgres, "edges_update", 20)
     src = _source(postgres, "edges_update")
-    load = local_run(lambda: spark, table, src, credentials=_creds(postgres))
+    load = local_run(lambda: spark, TableRef.parse(table), src, credentials=_creds(postgres))
     frozen_keys: list[str] = []
 
     def update_then_load(frozen: FrozenBatch) -> LoadResult:
@@ -343,7 +352,9 @@ def test_the_fingerprint_is_the_same_over_libpq_and_the_jvm_whatever_the_session
         native = _source(postgres, "edges_render")
         jvm = _source(postgres, "edges_render", url=postgres.jdbc_url + "?prepareThreshold=5")
         ctx = ReadContext(spark_factory=lambda: spark, credentials=_creds(postgres))
-        plan = native.plan(PlanLog(str(tmp_path), PIPE), ctx, run_token="r", is_committed=lambda _k: False)
+        plan = native.plan(
+            PlanLog(TableRef.parse(str(tmp_path)), PIPE), ctx, run_token="r", is_committed=lambda _k: False
+        )
         assert plan is not None and plan.inputs[0]["fingerprint"].startswith("h64sum:")
         jvm.verify(plan, ctx)  # the same rows, the same fingerprint
         postgres.execute("UPDATE edges_render SET ratio = ratio + 1e-12 WHERE id = 5")

@@ -14,6 +14,7 @@ from deltalake import DeltaTable
 from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import InputChangedError
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.driver import CREDENTIALS_PASSWORD_ENV, CREDENTIALS_USER_ENV
 from airflow_eod.spark.load_job import run_load
@@ -44,12 +45,15 @@ def _ctx(spark: Any, pg: Any) -> ReadContext:
 
 def _plan(src: JdbcIncrementalSource, ctx: ReadContext, table: str, run: str) -> Plan | None:
     return src.plan(
-        PlanLog(table, "tests.jdbc"), ctx, run_token=run, is_committed=lambda k: ask(table, k).committed
+        PlanLog(TableRef.parse(table), "tests.jdbc"),
+        ctx,
+        run_token=run,
+        is_committed=lambda k: ask(TableRef.parse(table), k).committed,
     )
 
 
 def _spec(src: JdbcIncrementalSource, table: str, plan: Plan, try_number: int = 1) -> LoadSpec:
-    return LoadSpec(table_uri=table, plan=plan, source=src, run_id="r", try_number=try_number)
+    return LoadSpec(table=TableRef.parse(table), plan=plan, source=src, run_id="r", try_number=try_number)
 
 
 def test_incremental_batches_follow_the_key_frontier(spark: Any, postgres: Any, table: str) -> None:
@@ -121,7 +125,7 @@ def test_sigkill_at_a_boundary_then_a_retry_loads_every_row_once(
     child = _child(_spec(src, table, plan), postgres, tmp_path, f"{point}=kill", "child")
     out = child.communicate(timeout=300)[0].decode()
     assert child.returncode == -signal.SIGKILL, out[-2000:]
-    committed = ask(table, plan.key).committed
+    committed = ask(TableRef.parse(table), plan.key).committed
     assert committed == (point == "after_commit")
     version = DeltaTable(table).version() if committed else None
     retry_plan = _plan(src, ctx, table, "r0")

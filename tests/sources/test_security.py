@@ -25,6 +25,7 @@ from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import BatchError, ConfigurationError, EodError, UnsafePathError
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.records.record_files import RecordStore
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.compare import read_delta_rows
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS, write_order_files
 from airflow_eod.spark.load_job import run_load
@@ -146,7 +147,7 @@ def test_a_hostile_table_id_is_refused_before_anything_is_written(
     assert DeltaTable(table).version() == 0
     assert read_delta_rows(table, ORDERS_COLUMNS) == before  # row by row: the other team's two rows
     with pytest.raises(UnsafePathError):
-        ask(table, plan.key)  # the ask says so too (CLI, sensor), and reads nothing out there
+        ask(TableRef.parse(table), plan.key)  # the ask says so too (CLI, sensor), and reads nothing out there
 
 
 # -- item 24: cleanup and a linked batch directory ---------------------------------------------
@@ -171,9 +172,9 @@ def test_cleanup_and_staging_never_follow_a_linked_batch_directory_out_of_the_ta
     os.makedirs(os.path.join(victim, "g0-precious"))
     with open(os.path.join(victim, "g0-precious", "keep.txt"), "w") as fh:
         fh.write("another team's data")
-    status = ask(table, plan.key)
+    status = ask(TableRef.parse(table), plan.key)
     assert status.committed
-    assert remove_uncommitted_attempts(table, status) == []
+    assert remove_uncommitted_attempts(TableRef.parse(table), status) == []
     assert os.path.exists(os.path.join(victim, "g0-precious", "keep.txt"))
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 5, cmp.describe()
@@ -185,7 +186,7 @@ def test_cleanup_and_staging_never_follow_a_linked_batch_directory_out_of_the_ta
     elsewhere = str(tmp_path / "elsewhere")
     os.makedirs(os.path.join(elsewhere, "data"))
     os.symlink(elsewhere, os.path.join(real, "g0-link"))
-    remove_uncommitted_attempts(table, ask(table, plan.key))
+    remove_uncommitted_attempts(TableRef.parse(table), ask(TableRef.parse(table), plan.key))
     assert os.path.isdir(os.path.join(elsewhere, "data"))
     assert not os.path.lexists(os.path.join(real, "g0-link"))
 
@@ -386,14 +387,15 @@ def test_every_path_built_from_table_content_refuses_hostile_names(name: str, tm
     absolute paths, ``a/../../x``, NUL, separators, or resolves inside the table; and none
     writes outside it. On 960f2aa the table id and attempt id went into paths unchecked."""
     from airflow_eod.core.batch import BatchKey
-    from airflow_eod.core.table_layout import attempt_dir, batch_dir, path_part, table_dir, under
+    from airflow_eod.core.table_layout import attempt_dir, batch_dir, path_part, under
+    from airflow_eod.core.table_ref import TableRef
     from airflow_eod.spark.load_spec import LoadSpec
 
     lake = str(tmp_path / "lake")
     table = os.path.join(lake, "t")
     os.makedirs(table)
     key = BatchKey(PIPELINE, "i-20261110T000000Z-20261111T000000Z")
-    log = PlanLog(table, PIPELINE)
+    log = PlanLog(TableRef.parse(table), PIPELINE)
     records = RecordStore(plan_log=log)
     calls = [
         lambda: path_part(name),
@@ -402,7 +404,7 @@ def test_every_path_built_from_table_content_refuses_hostile_names(name: str, tm
         lambda: batch_dir(BatchKey(PIPELINE, name)),
         lambda: batch_dir(BatchKey(name, "k")),
         lambda: attempt_dir(key, 0, name),
-        lambda: table_dir(table, attempt_dir(key, 0, name)),
+        lambda: TableRef.parse(table).dir(attempt_dir(key, 0, name)),
         lambda: log.get_plan(name),
         lambda: log.get_plan(name, 1),
         lambda: records.record_dir(name),
@@ -413,9 +415,11 @@ def test_every_path_built_from_table_content_refuses_hostile_names(name: str, tm
         lambda: records.newest_commit_record(name, "id"),
         lambda: records.put_commit_record(key.key, 0, name, {"x": 1}),
         lambda: records.put_commit_record(name, 0, "id", {"x": 1}),
-        lambda: PlanLog(table, name).root,
+        lambda: PlanLog(TableRef.parse(table), name).root,
         lambda: BatchKey.from_app_id(f"eod:{PIPELINE}:{name}"),
-        lambda: LoadSpec(table_uri=table, plan=_any_plan(), source=orders_source(lake), attempt_id=name),
+        lambda: LoadSpec(
+            table=TableRef.parse(table), plan=_any_plan(), source=orders_source(lake), attempt_id=name
+        ),
     ]
     for call in calls:
         if name == GOOD_NAME:
@@ -464,11 +468,13 @@ def test_links_inside_a_table_never_lead_reads_writes_or_removals_out_of_it(tmp_
     t1 = fresh("t1")
     os.symlink(outside, os.path.join(t1, "_eod"))
     for call in (
-        lambda: bound_table_id(t1),
-        lambda: check_table_identity(t1, "mine"),
-        lambda: PlanLog(t1, PIPELINE).get_plan(key.key),
-        lambda: RecordStore(plan_log=PlanLog(t1, PIPELINE)).put_commit_record(key.key, 0, "id", {"x": 1}),
-        lambda: ask(t1, key),
+        lambda: bound_table_id(TableRef.parse(t1)),
+        lambda: check_table_identity(TableRef.parse(t1), "mine"),
+        lambda: PlanLog(TableRef.parse(t1), PIPELINE).get_plan(key.key),
+        lambda: RecordStore(plan_log=PlanLog(TableRef.parse(t1), PIPELINE)).put_commit_record(
+            key.key, 0, "id", {"x": 1}
+        ),
+        lambda: ask(TableRef.parse(t1), key),
     ):
         with pytest.raises(UnsafePathError):
             call()
@@ -477,16 +483,18 @@ def test_links_inside_a_table_never_lead_reads_writes_or_removals_out_of_it(tmp_
     os.makedirs(os.path.join(t2, "_eod", "pipelines", PIPELINE))
     os.symlink(outside, os.path.join(t2, "_eod", "pipelines", PIPELINE, "batches"))
     with pytest.raises(UnsafePathError):
-        RecordStore(plan_log=PlanLog(t2, PIPELINE)).recorded_batches()
-    facts = read_plan_log_facts(t2, "id")
+        RecordStore(plan_log=PlanLog(TableRef.parse(t2), PIPELINE)).recorded_batches()
+    facts = read_plan_log_facts(TableRef.parse(t2), "id")
     assert facts.unreadable and "outside" in facts.unreadable[0][1]
     # _eod/checkpoints is a link: the index is neither read there nor written or pruned there.
     t3 = fresh("t3")
     os.makedirs(os.path.join(t3, "_eod"))
     os.symlink(outside, os.path.join(t3, "_eod", "checkpoints"))
     log_file = os.path.join(t3, "_delta_log", f"{0:020d}.json")
-    assert checkpoint_index.read_index(t3, 0, [log_file]) is None
-    checkpoint_index.index_after_checkpoint(t3, 0, [log_file], lambda files: ({"metaData": {}}, {}))
+    assert checkpoint_index.read_index(TableRef.parse(t3), 0, [log_file]) is None
+    checkpoint_index.index_after_checkpoint(
+        TableRef.parse(t3), 0, [log_file], lambda files: ({"metaData": {}}, {})
+    )
     # A batch directory is a link: cleanup lists nothing there.
     t4 = fresh("t4")
     link = os.path.join(t4, batch_dir(key))
@@ -494,7 +502,7 @@ def test_links_inside_a_table_never_lead_reads_writes_or_removals_out_of_it(tmp_
     os.symlink(outside, link)
     manifest = Manifest(PIPELINE, key.key, 0, {}, "f", 0, 0, "a" * 16, engine="delta-rs")
     status = BatchStatus(key, 0, 0, 1, manifest, 1)
-    assert remove_uncommitted_attempts(t4, status) == []
+    assert remove_uncommitted_attempts(TableRef.parse(t4), status) == []
     assert _tree(outside) == before
     # A commit whose manifest names a hostile attempt id: cleanup keeps everything, and says so
     # (raising would fail every try of a batch that is committed).
@@ -502,7 +510,7 @@ def test_links_inside_a_table_never_lead_reads_writes_or_removals_out_of_it(tmp_
     os.makedirs(os.path.join(link, "g0-other"))
     bad = Manifest(PIPELINE, key.key, 0, {}, "f", 0, 0, "../../x", engine="delta-rs")
     hostile = BatchStatus(key, 0, 0, 1, bad, 1)
-    assert remove_uncommitted_attempts(t4, hostile) == []
+    assert remove_uncommitted_attempts(TableRef.parse(t4), hostile) == []
     assert os.path.isdir(os.path.join(link, "g0-other"))
     # _delta_log is a link to another team's table log: neither read nor committed to.
     theirs = fresh("theirs")
@@ -511,16 +519,16 @@ def test_links_inside_a_table_never_lead_reads_writes_or_removals_out_of_it(tmp_
     os.symlink(os.path.join(theirs, "_delta_log"), os.path.join(t6, "_delta_log"))
     their_log = _tree(theirs)
     with pytest.raises(UnsafePathError, match="_delta_log"):
-        ask(t6, key)
+        ask(TableRef.parse(t6), key)
     assert _tree(theirs) == their_log
     # The control: a table_uri that is itself a link (a mount point) is the table's root,
     # resolved once: its plan log is read and written as usual.
     t5 = fresh("t5")
     os.symlink(t5, str(tmp_path / "t5-link"))
-    via = RecordStore(plan_log=PlanLog(str(tmp_path / "t5-link"), PIPELINE))
+    via = RecordStore(plan_log=PlanLog(TableRef.parse(str(tmp_path / "t5-link")), PIPELINE))
     via.put_commit_record(key.key, 0, "id", {"x": 1})
     assert via.commit_record(key.key, 0, "id") == {"x": 1}
-    assert bound_table_id(str(tmp_path / "t5-link")) == str(DeltaTable(t5).metadata().id)
+    assert bound_table_id(TableRef.parse(str(tmp_path / "t5-link"))) == str(DeltaTable(t5).metadata().id)
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from airflow_eod.core.errors import (
     UnsupportedTableError,
 )
 from airflow_eod.core.planlog.store import PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load
@@ -35,7 +36,7 @@ DAY = datetime(2026, 11, 10, tzinfo=UTC)
 
 
 def _version(table: str) -> int | None:
-    t = open_table(table)
+    t = open_table(TableRef.parse(table))
     return None if t is None else t.version()
 
 
@@ -73,7 +74,7 @@ def test_malformed_csv_rows_fail_the_batch_naming_files_and_counts(
     text = str(err.value)
     assert text.startswith(f"batch {plan.key.label}: 2 malformed record(s)")
     assert "z-bad1.csv: 1" in text and "z-bad2.csv: 1" in text and "nothing was committed" in text
-    assert _version(table) == version and not ask(table, plan.key).committed
+    assert _version(table) == version and not ask(TableRef.parse(table), plan.key).committed
 
 
 def test_malformed_json_records_fail_the_batch(spark: Any, landing: str, table: str) -> None:
@@ -105,7 +106,7 @@ def test_quarantine_takes_bad_records_and_the_table_takes_the_good_ones_once(
     bad = pa.table(DeltaTable(quarantine).to_pyarrow_table()).to_pylist()
     assert sorted(r["raw_record"].split(",")[0] for r in bad) == ["x1", "x2"]
     assert all(r["source_file"].endswith("z-bad.csv") for r in bad)
-    assert ask(quarantine, plan.key).committed and DeltaTable(quarantine).version() == 0
+    assert ask(TableRef.parse(quarantine), plan.key).committed and DeltaTable(quarantine).version() == 0
     os.unlink(os.path.join(landing, "z-bad.csv"))
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 20, cmp.describe()
@@ -173,7 +174,7 @@ def test_a_missing_source_directory_names_the_batch(tmp_path: Any, table: str) -
         r"directory .*nowhere does not exist \(a missing source\)",
     ):
         source.plan(
-            PlanLog(table, "tests.orders"),
+            PlanLog(TableRef.parse(table), "tests.orders"),
             None,
             run_token="r",
             is_committed=lambda k: False,
@@ -187,7 +188,7 @@ def test_an_empty_interval_commits_an_empty_marker(spark: Any, tmp_path: Any, ta
     os.makedirs(landing)
     source = orders_source(landing, boundary="interval")
     plan = source.plan(
-        PlanLog(table, "tests.orders"),
+        PlanLog(TableRef.parse(table), "tests.orders"),
         None,
         run_token="r",
         is_committed=lambda k: False,
@@ -196,7 +197,10 @@ def test_an_empty_interval_commits_an_empty_marker(spark: Any, tmp_path: Any, ta
     assert plan is not None and plan.inputs == []
     result = run_load(spark, spec_for(source, table, plan))
     assert result.outcome == "committed" and result.rows == 0
-    assert ask(table, plan.key).committed and pa.table(DeltaTable(table).to_pyarrow_table()).num_rows == 0
+    assert (
+        ask(TableRef.parse(table), plan.key).committed
+        and pa.table(DeltaTable(table).to_pyarrow_table()).num_rows == 0
+    )
 
 
 def test_a_target_that_is_not_a_delta_table_is_refused(spark: Any, landing: str, tmp_path: Any) -> None:

@@ -20,6 +20,7 @@ from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import InputChangedError
 from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.planlog.store import PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.spark.load_job import run_load
 from tests.support.helpers import check, lost_races, orders_source, plan_for, run_child, spec_for
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.faults]
 
 
 def _version(table: str) -> int | None:
-    t = open_table(table)
+    t = open_table(TableRef.parse(table))
     return None if t is None else t.version()
 
 
@@ -42,7 +43,7 @@ def test_sigkill_at_a_boundary_then_retry_loads_every_row_once(
     child = run_child(spec_for(source, table, plan, try_number=1), str(tmp_path), f"{point}=kill@1")
     out, _ = child.communicate(timeout=300)
     assert child.returncode == -signal.SIGKILL, out.decode()[-2000:]
-    committed_by_child = ask(table, plan.key).committed
+    committed_by_child = ask(TableRef.parse(table), plan.key).committed
     assert committed_by_child == (point == "after_commit")
     version_before = _version(table)
 
@@ -115,9 +116,9 @@ def test_intervals_committed_out_of_order_are_all_visible(spark: Any, tmp_path: 
         source = orders_source(dirs[i], boundary="interval")
         start = day + timedelta(days=i)
         plan = source.plan(
-            PlanLog(table, "tests.intervals"),
+            PlanLog(TableRef.parse(table), "tests.intervals"),
             run_token=f"r{i}",
-            is_committed=lambda k: ask(table, k).committed,
+            is_committed=lambda k: ask(TableRef.parse(table), k).committed,
             interval=(start, start + timedelta(days=1)),
         )
         assert plan is not None
@@ -142,4 +143,4 @@ def test_a_landing_file_modified_after_planning_fails_and_commits_nothing(
     with pytest.raises(InputChangedError) as err:
         run_load(spark, spec_for(source, table, plan))
     assert plan.key.label in str(err.value) and os.path.basename(victim) in str(err.value)
-    assert _version(table) == version and not ask(table, plan.key).committed
+    assert _version(table) == version and not ask(TableRef.parse(table), plan.key).committed

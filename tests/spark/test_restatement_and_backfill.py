@@ -15,6 +15,7 @@ from airflow_eod.cli import main as cli
 from airflow_eod.core.ask import ask
 from airflow_eod.core.planlog.restatement import plan_restatement
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.load_job import run_load
@@ -29,7 +30,7 @@ DAY = datetime(2026, 11, 10, tzinfo=UTC)
 def _interval_plan(source: Any, table: str, day: int, pipeline: str = "tests.backfill") -> Plan:
     start = DAY + timedelta(days=day)
     plan = source.plan(
-        PlanLog(table, pipeline),
+        PlanLog(TableRef.parse(table), pipeline),
         None,
         run_token=f"run-{day}",
         is_committed=lambda k: False,
@@ -72,12 +73,12 @@ def test_restatement_swaps_the_generation_in_one_commit(
     source, plan, landing = _loaded_then_corrected(
         spark, tmp_path, table, "tests.restate", (3, 20), 5000, partition_by=["order_date"]
     )
-    first = ask(table, plan.key)
+    first = ask(TableRef.parse(table), plan.key)
     assert first.manifest is not None
     # Without restatement, another attempt of the batch writes nothing.
     assert run_load(spark, spec_for(source, table, plan, try_number=2)).outcome == "already_committed"
-    log = PlanLog(table, "tests.restate")
-    status = ask(table, plan.key)
+    log = PlanLog(TableRef.parse(table), "tests.restate")
+    status = ask(TableRef.parse(table), plan.key)
     restated_plan = plan_restatement(
         log,
         plan,
@@ -106,7 +107,10 @@ def test_restatement_swaps_the_generation_in_one_commit(
     again = plan_restatement(log, plan, run_token="restate-run", committed_generation=1, replan=source.replan)
     assert again == restated_plan
     assert run_load(spark, spec_for(source, table, again, restate=True)).outcome == "already_committed"
-    assert ask(table, plan.key, 1).committed and ask(table, plan.key).committed_generation == 1
+    assert (
+        ask(TableRef.parse(table), plan.key, 1).committed
+        and ask(TableRef.parse(table), plan.key).committed_generation == 1
+    )
     assert cli(["status", table, "--json"]) == 0
     batches = json.loads(capsys.readouterr().out)[0]["batches"]
     assert [(b["generation"], b["rows"]) for b in batches] == [(1, 60)]
@@ -184,7 +188,7 @@ def test_jdbc_timestamp_intervals_backfilled_backwards(spark: Any, postgres: Any
     for day in (3, 1, 2, 0):
         start = base + timedelta(days=day)
         plan = src.plan(
-            PlanLog(table, "tests.jdbc_days"),
+            PlanLog(TableRef.parse(table), "tests.jdbc_days"),
             ctx,
             run_token=f"d{day}",
             is_committed=lambda k: False,
@@ -193,7 +197,7 @@ def test_jdbc_timestamp_intervals_backfilled_backwards(spark: Any, postgres: Any
         assert plan is not None
         result = run_load(
             spark,
-            LoadSpec(table_uri=table, plan=plan, source=src),
+            LoadSpec(table=TableRef.parse(table), plan=plan, source=src),
             credentials=ctx.credentials,
         )
         rows.append(result.rows)
@@ -213,14 +217,14 @@ def test_a_restatement_that_crashes_at_a_boundary_swaps_once(
     from airflow_eod.core.faults import InjectedFault
 
     source, plan, landing = _loaded_then_corrected(spark, tmp_path, table, "tests.restate_crash", (1, 7), 800)
-    log = PlanLog(table, "tests.restate_crash")
+    log = PlanLog(TableRef.parse(table), "tests.restate_crash")
 
     def restated() -> Plan:
         return plan_restatement(
             log,
             plan,
             run_token="fix-run",
-            committed_generation=ask(table, plan.key).committed_generation,
+            committed_generation=ask(TableRef.parse(table), plan.key).committed_generation,
             replan=source.replan,
         )
 
@@ -230,7 +234,10 @@ def test_a_restatement_that_crashes_at_a_boundary_swaps_once(
     retry = run_load(spark, spec_for(source, table, restated(), try_number=2, restate=True))
     assert retry.generation == 1
     assert retry.outcome == ("already_committed" if point == "after_commit" else "committed")
-    assert ask(table, plan.key).committed_generation == 1 and len(DeltaTable(table).history()) == 2
+    assert (
+        ask(TableRef.parse(table), plan.key).committed_generation == 1
+        and len(DeltaTable(table).history()) == 2
+    )
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 7, cmp.describe()
 
@@ -239,7 +246,7 @@ def test_a_restatement_that_crashes_at_a_boundary_swaps_once(
 def test_two_attempts_racing_to_restate_commit_one_generation(tmp_path: Any, table: str, spark: Any) -> None:
     source, plan, landing = _loaded_then_corrected(spark, tmp_path, table, "tests.restate_race", (1, 9), 900)
     target = plan_restatement(
-        PlanLog(table, "tests.restate_race"),
+        PlanLog(TableRef.parse(table), "tests.restate_race"),
         plan,
         run_token="fix",
         committed_generation=0,

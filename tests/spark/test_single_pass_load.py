@@ -21,6 +21,7 @@ from airflow_eod.core.ask import ask
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, MalformedInputError
 from airflow_eod.core.table_layout import batch_dir
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load
@@ -86,7 +87,7 @@ def test_malformed_records_in_two_files_fail_with_per_file_counts_and_commit_not
     write_order_files(landing, 1, 10)
     source = orders_source(landing)
     run_load(spark, spec_for(source, table, plan_for(source, table, run="seed")))
-    version = open_table(table).version()  # type: ignore[union-attr]
+    version = open_table(TableRef.parse(table)).version()  # type: ignore[union-attr]
     _write(os.path.join(landing, "z-bad1.csv"), GOOD_ROW.format(id=100) + BAD_AMOUNT.format(id=101) * 2)
     _write(os.path.join(landing, "z-bad2.csv"), BAD_AMOUNT.format(id=102) + GOOD_ROW.format(id=103))
     plan = plan_for(source, table, run="bad")
@@ -97,9 +98,12 @@ def test_malformed_records_in_two_files_fail_with_per_file_counts_and_commit_not
     assert "z-bad1.csv: 2" in text and "z-bad2.csv: 1" in text and "nothing was committed" in text
     # explain_malformed's part: the failing column and its declared type.
     assert "column(s) amount (declared DECIMAL(10,2)" in text
-    after = open_table(table)
+    after = open_table(TableRef.parse(table))
     assert after is not None and after.version() == version
-    assert after.transaction_version(plan.key.app_id) is None and not ask(table, plan.key).committed
+    assert (
+        after.transaction_version(plan.key.app_id) is None
+        and not ask(TableRef.parse(table), plan.key).committed
+    )
     # The staging write came first (no pass before it); the failure's second pass named the files.
     reading = [run for run in runs if run.scans()]
     assert len(reading) >= 2
@@ -135,7 +139,7 @@ def test_a_bad_value_in_a_column_the_transform_drops_still_fails_the_batch(
         run_load(spark, spec_for(source, table, plan), transform=lambda df: df.drop("amount"))
     text = str(err.value)
     assert text.startswith(f"batch {plan.key.label}: 1 malformed record(s)") and "z-bad.csv: 1" in text
-    assert open_table(table) is None and not ask(table, plan.key).committed
+    assert open_table(TableRef.parse(table)) is None and not ask(TableRef.parse(table), plan.key).committed
 
 
 def test_malformed_json_fails_the_single_pass_write_with_per_file_counts(
@@ -154,7 +158,7 @@ def test_malformed_json_fails_the_single_pass_write_with_per_file_counts(
     text = str(err.value)
     assert text.startswith(f"batch {plan.key.label}: 2 malformed record(s)") and "a.json: 2" in text
     assert "b.json" not in text.split("(")[1].split(")")[0]
-    assert open_table(table) is None and not ask(table, plan.key).committed
+    assert open_table(TableRef.parse(table)) is None and not ask(TableRef.parse(table), plan.key).committed
 
 
 def test_a_write_that_fails_for_another_reason_is_not_called_malformed(
@@ -180,4 +184,4 @@ def test_a_write_that_fails_for_another_reason_is_not_called_malformed(
     assert "No space left on device" in str(err.value) and plan.key.label in str(err.value)
     staged = os.path.join(table, batch_dir(plan.key))
     assert not os.path.isdir(staged) or not os.listdir(staged), "the failed attempt's files are left"
-    assert open_table(table) is None
+    assert open_table(TableRef.parse(table)) is None

@@ -14,6 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_eod.core.planlog.store import PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load
 from tests.support.helpers import spec_for
@@ -72,7 +73,9 @@ def test_every_common_type_round_trips_through_a_partitioned_table(spark: Any, t
     df = spark.createDataFrame(_rows(), ALL_TYPES_DDL)
     df.coalesce(1).write.parquet(f"file://{landing}")
     source = LandingFilesSource(path=landing, file_format="parquet", pattern="*.parquet")
-    plan = source.plan(PlanLog(table, "tests.types"), run_token="r", is_committed=lambda k: False)
+    plan = source.plan(
+        PlanLog(TableRef.parse(table), "tests.types"), run_token="r", is_committed=lambda k: False
+    )
     assert plan is not None
     result = run_load(spark, spec_for(source, table, plan, partition_by=["region"]))
     assert result.outcome == "committed" and result.rows == 3
@@ -118,7 +121,9 @@ def test_partition_folders_are_plain_ascii_and_values_read_back(spark: Any, tmp_
         f"file://{landing}"
     )
     source = LandingFilesSource(path=landing, file_format="parquet", pattern="*.parquet")
-    plan = source.plan(PlanLog(table, "tests.odd"), run_token="r", is_committed=lambda k: False)
+    plan = source.plan(
+        PlanLog(TableRef.parse(table), "tests.odd"), run_token="r", is_committed=lambda k: False
+    )
     assert plan is not None
     result = run_load(spark, spec_for(source, table, plan, partition_by=["region", "zoné"]))
     assert result.outcome == "committed" and result.rows == len(values)
@@ -137,7 +142,9 @@ def test_partition_folders_are_plain_ascii_and_values_read_back(spark: Any, tmp_
     spark.createDataFrame([(1, "日" * 80)], "i INT, region STRING").write.parquet(f"file://{long_landing}")
     source = LandingFilesSource(path=long_landing, file_format="parquet", pattern="*.parquet")
     other = str(tmp_path / "other")
-    plan = source.plan(PlanLog(other, "tests.long"), run_token="r", is_committed=lambda k: False)
+    plan = source.plan(
+        PlanLog(TableRef.parse(other), "tests.long"), run_token="r", is_committed=lambda k: False
+    )
     assert plan is not None
     with pytest.raises(BatchRefusedError, match=r"tests\.long.*percent-encoded.*255") as err:
         run_load(spark, spec_for(source, other, plan, partition_by=["region"]))

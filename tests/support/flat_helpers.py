@@ -19,6 +19,7 @@ from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.staged_files import StagedBatch, StagedFile
 from airflow_eod.core.table_layout import attempt_dir
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources.landing_files import LandingFilesSource
 
 PIPELINE = "tests.flat"
@@ -58,15 +59,19 @@ def grow(table: str, landing: str, upto: int) -> list[Plan]:
     """Land one file per batch and load batches until the table holds ``upto`` of them."""
     source = LandingFilesSource(path=landing, file_format="csv")
     plans: list[Plan] = []
-    seq = PlanLog(table, PIPELINE).newest_offset_seq()
+    seq = PlanLog(TableRef.parse(table), PIPELINE).newest_offset_seq()
     for n in range(0 if seq is None else seq + 1, upto):
         with open(os.path.join(landing, f"f{n:05d}.csv"), "w") as fh:
             fh.write(f"seq\n{n}\n")
         plan = source.plan(
-            PlanLog(table, PIPELINE), run_token=f"run-{n}", is_committed=lambda k: ask(table, k).committed
+            PlanLog(TableRef.parse(table), PIPELINE),
+            run_token=f"run-{n}",
+            is_committed=lambda k: ask(TableRef.parse(table), k).committed,
         )
         assert plan is not None and plan.seq == n
-        commit_batch(table, plan.key, 0, *stage_offset_batch(table, plan), table_configuration=CONFIG)
+        commit_batch(
+            TableRef.parse(table), plan.key, 0, *stage_offset_batch(table, plan), table_configuration=CONFIG
+        )
         plans.append(plan)
     return plans
 

@@ -16,6 +16,7 @@ from typing import Any
 from airflow_eod.core.ask import ask
 from airflow_eod.core.planlog.restatement import plan_restatement
 from airflow_eod.core.planlog.store import Plan, PlanLog
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.compare import Comparison, compare_table_with_landing
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS
 from airflow_eod.sources.landing_files import LandingFilesSource
@@ -31,7 +32,9 @@ def orders_source(landing: str, **kw: Any) -> LandingFilesSource:
 
 def plan_for(source: LandingFilesSource, table: str, run: str = "run-1", pipeline: str = PIPELINE) -> Plan:
     plan = source.plan(
-        PlanLog(table, pipeline), run_token=run, is_committed=lambda k: ask(table, k).committed
+        PlanLog(TableRef.parse(table), pipeline),
+        run_token=run,
+        is_committed=lambda k: ask(TableRef.parse(table), k).committed,
     )
     assert plan is not None
     return plan
@@ -40,7 +43,7 @@ def plan_for(source: LandingFilesSource, table: str, run: str = "run-1", pipelin
 def interval_plan(source: Any, table: str, start: datetime, end: datetime, pipeline: str = PIPELINE) -> Plan:
     """Plan the interval batch ``[start, end)`` (the run token names the interval)."""
     plan = source.plan(
-        PlanLog(table, pipeline),
+        PlanLog(TableRef.parse(table), pipeline),
         None,
         run_token=f"run-{start.isoformat()}",
         is_committed=lambda k: False,
@@ -53,9 +56,9 @@ def interval_plan(source: Any, table: str, start: datetime, end: datetime, pipel
 def restate(source: Any, table: str, plan: Plan, run: str = "restate-run") -> Plan:
     """Plan a restatement (committed batch) or re-freeze (never committed) of ``plan``'s
     batch by the run ``run``, as the load operators do."""
-    committed = ask(table, plan.key).committed_generation
+    committed = ask(TableRef.parse(table), plan.key).committed_generation
     return plan_restatement(
-        PlanLog(table, plan.pipeline_id),
+        PlanLog(TableRef.parse(table), plan.pipeline_id),
         plan,
         run_token=run,
         committed_generation=committed,
@@ -65,7 +68,7 @@ def restate(source: Any, table: str, plan: Plan, run: str = "restate-run") -> Pl
 
 def spec_for(source: LandingFilesSource, table: str, plan: Plan, try_number: int = 1, **kw: Any) -> LoadSpec:
     return LoadSpec(
-        table_uri=table,
+        table=TableRef.parse(table),
         plan=plan,
         source=source,
         run_id="run-1",
@@ -179,7 +182,9 @@ def land_and_plan(table: str, landing: str, pipeline: str, n: int) -> Plan:
     with open(os.path.join(landing, f"f{n:05d}.csv"), "w") as fh:
         fh.write(f"seq\n{n}\n")
     plan = LandingFilesSource(path=landing, file_format="csv").plan(
-        PlanLog(table, pipeline), run_token=f"run-{n}", is_committed=lambda k: ask(table, k).committed
+        PlanLog(TableRef.parse(table), pipeline),
+        run_token=f"run-{n}",
+        is_committed=lambda k: ask(TableRef.parse(table), k).committed,
     )
     assert plan is not None
     return plan

@@ -42,7 +42,7 @@ def rows_of(audit: AuditState, files: list[str]) -> int | None:
     for f in files:
         rows = audit.rows[f] if f in audit.live else None
         if rows is None:
-            rows = file_rows(audit.path, f, audit.log.adds[f][2] if f in audit.log.adds else None)
+            rows = file_rows(audit.ref, f, audit.log.adds[f][2] if f in audit.log.adds else None)
         if rows is None:
             return None
         total += rows

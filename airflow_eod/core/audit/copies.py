@@ -7,6 +7,7 @@ import os
 from typing import BinaryIO
 
 from airflow_eod.core.audit.safe_open import NotInTable, open_in_table
+from airflow_eod.core.table_ref import TableRef
 
 _CHUNK = 1 << 20
 
@@ -24,7 +25,7 @@ def _digest(fh: BinaryIO) -> str:
     return digest.hexdigest()
 
 
-def same_bytes(table_path: str, paths: list[str]) -> list[list[str]]:
+def same_bytes(ref: TableRef, paths: list[str]) -> list[list[str]]:
     """Groups of two or more of ``paths`` (table-relative) whose bytes are equal. Only files of
     equal size are read, so a table without copies costs almost no read at all. Sizes, not
     statistics: a copy added with other statistics, or none, holds the same rows. Only regular
@@ -32,7 +33,7 @@ def same_bytes(table_path: str, paths: list[str]) -> list[list[str]]:
     by_size: dict[int, list[str]] = {}
     for rel in paths:
         try:
-            with open_in_table(table_path, rel) as fh:
+            with open_in_table(ref, rel) as fh:
                 by_size.setdefault(os.fstat(fh.fileno()).st_size, []).append(rel)
         except (OSError, NotInTable):
             continue  # gone (reported as missing), or not read (reported by check_files)
@@ -41,7 +42,7 @@ def same_bytes(table_path: str, paths: list[str]) -> list[list[str]]:
         by_hash: dict[str, list[str]] = {}
         for rel in candidates:
             try:
-                with open_in_table(table_path, rel) as fh:
+                with open_in_table(ref, rel) as fh:
                     by_hash.setdefault(_digest(fh), []).append(rel)
             except (OSError, NotInTable):
                 continue

@@ -62,7 +62,7 @@ def check_duplicates(audit: AuditState) -> None:
     # another name, puts the old rows back beside the new generation's.
     replaced = {f: b for b in audit.committed() for f in b.old_files if f not in audit.live}
     live = [f.path for f in audit.live.values() if f.on_disk and not f.refused]
-    for same in same_bytes(audit.path, live + sorted(replaced)):
+    for same in same_bytes(audit.ref, live + sorted(replaced)):
         copies = [f for f in same if f in audit.live]
         if all(f in owned for f in copies):
             continue  # each is listed by its own batch's record: that is data, not a copy
@@ -72,7 +72,7 @@ def check_duplicates(audit: AuditState) -> None:
             continue
         # A zero-row file shows no row twice (empty batches stage identical empty files);
         # the footer says so, not the statistics, which a copy may carry forged.
-        if file_rows(audit.path, same[0], None) == 0:
+        if file_rows(audit.ref, same[0], None) == 0:
             continue
         who = "; ".join(f"{f} ({audit.role.get(f, 'of no batch')})" for f in copies)
         batch = next((b.key for b in audit.committed() if set(same) & set(b.files)), None)

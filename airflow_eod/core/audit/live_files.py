@@ -21,6 +21,7 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.delta.deletion_vectors import deleted_rows
 from airflow_eod.core.errors import EodError
 from airflow_eod.core.table_layout import DATA_DIR
+from airflow_eod.core.table_ref import TableRef
 
 _ATTEMPT = re.compile(r"^g(\d+)-")  # an attempt directory: g<generation>-<attempt>
 
@@ -59,26 +60,26 @@ def _place(rel: str) -> tuple[BatchKey | None, int | None]:
     return batch, int(attempt[1]) if attempt else None
 
 
-def file_rows(table_path: str, rel: str, stats_rows: int | None) -> int | None:
+def file_rows(ref: TableRef, rel: str, stats_rows: int | None) -> int | None:
     """``stats_rows``, or the row count in the file's footer (``None``: unreadable)."""
     if stats_rows is not None:
         return int(stats_rows)
     try:  # no statistics: the footer says, without reading the data
-        with open_in_table(table_path, rel) as fh:
+        with open_in_table(ref, rel) as fh:
             return int(pq.ParquetFile(fh).metadata.num_rows)
     except (OSError, ValueError, NotInTable):  # gone, not Parquet (ArrowInvalid), a link
         return None
 
 
-def read_live_files(table_path: str, table: DeltaTable) -> dict[str, LiveFile]:
+def read_live_files(ref: TableRef, table: DeltaTable) -> dict[str, LiveFile]:
     """The live files of ``table``'s snapshot, by decoded path."""
     out = {}
-    hidden = deleted_rows(table_path, table)  # rows another writer deleted in place
+    hidden = deleted_rows(ref, table)  # rows another writer deleted in place
     for a in pa.table(table.get_add_actions(flatten=False)).to_pylist():
         rel = unquote(a["path"])
-        rows = file_rows(table_path, rel, a.get("num_records"))
+        rows = file_rows(ref, rel, a.get("num_records"))
         if rows is not None and rel in hidden:
             rows -= hidden[rel]
-        on_disk, refused = probe(table_path, rel)
+        on_disk, refused = probe(ref, rel)
         out[rel] = LiveFile(rel, rows, on_disk, *_place(rel), refused=refused)
     return out

@@ -18,6 +18,7 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.delta.log import open_checkpoint
 from airflow_eod.core.errors import CorruptTableError
 from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.table_ref import TableRef
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
@@ -106,13 +107,14 @@ def _checkpoint_markers(log_dir: str, names: list[str], version: int, out: LogFa
                 out.markers[t["appId"]] = (t["version"], t.get("lastUpdated"))
 
 
-def read_log_facts(table_path: str, version: int) -> LogFacts:
+def read_log_facts(ref: TableRef, version: int) -> LogFacts:
     """The facts of the table at ``table_path`` up to ``version`` (later commits are ignored,
     so that they agree with a snapshot read at ``version``).
 
-    :param table_path: the table's local path.
+    :param ref: the table.
     :param version: the table version the audit reads.
     """
+    table_path = ref.path
     log_dir, out = os.path.join(table_path, "_delta_log"), LogFacts()
     names = os.listdir(log_dir)
     _checkpoint_markers(log_dir, names, version, out)

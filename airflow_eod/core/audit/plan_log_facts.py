@@ -12,6 +12,7 @@ from airflow_eod.core.errors import EodError, UnsafePathError
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.records.record_files import RecordStore
 from airflow_eod.core.table_layout import META_DIR, path_part
+from airflow_eod.core.table_ref import TableRef
 
 _PLAN = re.compile(r"^(.+?)(?:\.g(\d+))?\.json$")
 
@@ -32,7 +33,8 @@ class PlanLogFacts:
     unreadable: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _records(plan_log: PlanLog, table_path: str, table_id: str, out: PlanLogFacts) -> None:
+def _records(plan_log: PlanLog, ref: TableRef, table_id: str, out: PlanLogFacts) -> None:
+    table_path = ref.path
     try:
         path_part(table_id, "table id (metaData.id)")
     except UnsafePathError as exc:
@@ -74,7 +76,8 @@ def _records(plan_log: PlanLog, table_path: str, table_id: str, out: PlanLogFact
                 out.unreadable.append((where, f"commit record {where} has an unexpected shape"))
 
 
-def _plans(plan_log: PlanLog, table_path: str, out: PlanLogFacts) -> None:
+def _plans(plan_log: PlanLog, ref: TableRef, out: PlanLogFacts) -> None:
+    table_path = ref.path
     for sub in ("offsets", "intervals"):
         folder = os.path.join(plan_log.root, sub)
         for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
@@ -95,21 +98,22 @@ def _plans(plan_log: PlanLog, table_path: str, out: PlanLogFacts) -> None:
                 out.plans[batch] = plan
 
 
-def read_plan_log_facts(table_path: str, table_id: str) -> PlanLogFacts:
+def read_plan_log_facts(ref: TableRef, table_id: str) -> PlanLogFacts:
     """Every record (of table ``table_id``) and plan of every pipeline of the table.
 
-    :param table_path: the table's local path.
+    :param ref: the table.
     :param table_id: the table's ``metaData.id``.
     """
+    table_path = ref.path
     out = PlanLogFacts()
     root = os.path.join(table_path, META_DIR, "pipelines")
     for pipeline in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         if not os.path.isdir(os.path.join(root, pipeline)):
             continue  # a file someone left there: no pipeline
         try:
-            plan_log = PlanLog(table_path, pipeline)
+            plan_log = PlanLog(ref, pipeline)
         except EodError:
             continue  # not a directory airflow-eod made
-        _records(plan_log, table_path, table_id, out)
-        _plans(plan_log, table_path, out)
+        _records(plan_log, ref, table_id, out)
+        _plans(plan_log, ref, out)
     return out

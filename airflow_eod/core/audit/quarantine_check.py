@@ -11,7 +11,7 @@ from airflow_eod.core.audit.state import AuditState
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import EodError
-from airflow_eod.core.table_layout import local_path
+from airflow_eod.core.table_ref import TableRef
 
 
 def check_quarantine(audit: AuditState) -> None:
@@ -32,7 +32,7 @@ def check_quarantine(audit: AuditState) -> None:
             continue  # nothing to deliver: the delivery is skipped on purpose
         q = str(box.get("table_uri"))
         if q not in held:
-            held[q] = _generations_held(q)
+            held[q] = _generations_held(TableRef.parse(q))
         there = held[q]
         got = None if there is None else there.get(b.key)
         # An empty outbox only has to remove earlier rejects: none there is in step too.
@@ -43,20 +43,20 @@ def check_quarantine(audit: AuditState) -> None:
         audit.add("quarantine_behind", b.key, gen=b.generation, n=rejects, q=q, what=what)
 
 
-def _generations_held(table_uri: str) -> dict[BatchKey, int] | None:
+def _generations_held(ref: TableRef) -> dict[BatchKey, int] | None:
     """The newest generation of each batch a (quarantine) table holds, by its markers and by
     its commit records (markers expire); ``None`` when there is no table there."""
-    path = local_path(table_uri)
+    path = ref.path
     try:
-        if open_table(path) is None:
+        if open_table(ref) is None:
             return None
         dt = DeltaTable(path)
     except (EodError, OSError):
         return None
     out: dict[BatchKey, int] = {}
-    for app_id, (gen, _) in read_log_facts(path, dt.version()).markers.items():
+    for app_id, (gen, _) in read_log_facts(ref, dt.version()).markers.items():
         if (key := BatchKey.from_app_id(app_id)) is not None:
             out[key] = gen
-    for key, gens in read_plan_log_facts(path, str(dt.metadata().id)).records.items():
+    for key, gens in read_plan_log_facts(ref, str(dt.metadata().id)).records.items():
         out[key] = max(out.get(key, -1), *gens)
     return out

@@ -42,7 +42,7 @@ def check_total(audit: AuditState) -> None:
             carried = audit.log.removed_hidden.get(v, {})
             theirs_in = [f for f in removed if f not in carrier and not f.startswith(f"{DATA_DIR}/")]
             for f in theirs_in:
-                rows = file_rows(audit.path, f, audit.log.adds.get(f, (0, True, None))[2])
+                rows = file_rows(audit.ref, f, audit.log.adds.get(f, (0, True, None))[2])
                 folded[f] = None if rows is None else rows - carried.get(f, 0)
             carrier.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
             inserts = merge_inserts(audit, v, added, removed)
@@ -140,7 +140,7 @@ def _unseen_capacity(audit: AuditState, ours: set[int], folded: list[str]) -> di
     def rows_of(f: str) -> int | None:
         if f in audit.live:
             return audit.rows[f]
-        return file_rows(audit.path, f, audit.log.adds[f][2] if f in audit.log.adds else None)
+        return file_rows(audit.ref, f, audit.log.adds[f][2] if f in audit.log.adds else None)
 
     def capacity(f: str) -> int:
         if f in cap:

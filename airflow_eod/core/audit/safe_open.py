@@ -14,9 +14,12 @@ import stat
 from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
+from airflow_eod.core.table_ref import TableRef
 
-def local_file(table_path: str, rel: str) -> str:
+
+def local_file(ref: TableRef, rel: str) -> str:
     """Where the table's file ``rel`` (relative, absolute or a ``file:`` URI) is on disk."""
+    table_path = ref.path
     if rel.startswith("file:"):
         return unquote(urlparse(rel).path)
     return rel if os.path.isabs(rel) else os.path.join(table_path, rel)
@@ -26,10 +29,11 @@ class NotInTable(Exception):
     """A path the audit does not open: a link, out of the table, or not a regular file."""
 
 
-def _table_relative(table_path: str, rel: str) -> str:
+def _table_relative(ref: TableRef, rel: str) -> str:
     """``rel`` (relative, absolute or a ``file:`` URI) as a path under the table's directory
     made of plain names; :class:`NotInTable` when it leads elsewhere."""
-    where = local_file(table_path, rel)
+    table_path = ref.path
+    where = local_file(ref, rel)
     if "://" in rel and not rel.startswith("file:"):
         raise NotInTable("is on another file system (a URI), outside the table's directory")
     root = os.path.normpath(table_path)
@@ -44,14 +48,15 @@ def _table_relative(table_path: str, rel: str) -> str:
     return "/".join(parts)
 
 
-def open_in_table(table_path: str, rel: str) -> BinaryIO:
+def open_in_table(ref: TableRef, rel: str) -> BinaryIO:
     """Open the table's file ``rel`` for reading, name by name from the table's directory
     and following no symbolic link, and only if it is a regular file.
 
     :raises NotInTable: a link on the way, a path out of the table, a device or FIFO.
     :raises OSError: the file is not there (``FileNotFoundError``) or cannot be opened.
     """
-    parts = _table_relative(table_path, rel).split("/")
+    table_path = ref.path
+    parts = _table_relative(ref, rel).split("/")
     fd = os.open(table_path, os.O_RDONLY | os.O_DIRECTORY)  # the table's own path may be a link
     try:
         for i, name in enumerate(parts):
@@ -77,10 +82,10 @@ def open_in_table(table_path: str, rel: str) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def probe(table_path: str, rel: str) -> tuple[bool, str | None]:
+def probe(ref: TableRef, rel: str) -> tuple[bool, str | None]:
     """``(on disk, why the audit does not open it)`` of the table's file ``rel``."""
     try:
-        with open_in_table(table_path, rel):
+        with open_in_table(ref, rel):
             return True, None
     except NotInTable as exc:
         return True, str(exc)

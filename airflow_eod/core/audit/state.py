@@ -20,6 +20,7 @@ from airflow_eod.core.audit.live_files import LiveFile
 from airflow_eod.core.audit.log_facts import LogFacts
 from airflow_eod.core.audit.plan_log_facts import PlanLogFacts
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.table_ref import TableRef
 
 
 @dataclass
@@ -42,7 +43,7 @@ class AuditedBatch:
 class AuditState:
     """The facts of one table at one version, and what the audit found in them so far.
 
-    :param path: the table's local path.
+    :param ref: the table.
     :param now: the time ages are measured at (aware).
     :param stuck_after: a plan not committed this long after it was planned is reported.
     :param expiry_warning: the fraction of the retention window past which markers and
@@ -57,7 +58,7 @@ class AuditState:
     def __init__(
         self,
         *,
-        path: str,
+        ref: TableRef,
         now: datetime,
         stuck_after: timedelta,
         expiry_warning: float,
@@ -67,7 +68,8 @@ class AuditState:
         log: LogFacts,
         plan_log: PlanLogFacts,
     ) -> None:
-        self.path, self.now, self.stuck_after, self.expiry_warning = path, now, stuck_after, expiry_warning
+        self.ref, self.path = ref, ref.path
+        self.now, self.stuck_after, self.expiry_warning = now, stuck_after, expiry_warning
         self.findings: list[Finding] = []
         self.version, self.window = version, window
         self.live = live

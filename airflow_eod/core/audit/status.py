@@ -15,7 +15,8 @@ from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.records.record_files import RecordStore
-from airflow_eod.core.table_layout import META_DIR, local_path, under
+from airflow_eod.core.table_layout import META_DIR, under
+from airflow_eod.core.table_ref import TableRef
 
 
 @dataclass
@@ -63,16 +64,16 @@ class PipelineSummary:
         return [b for b in self.batches if b.generation is None]
 
 
-def _known_keys(table_uri: str) -> dict[str, set[str]]:
+def _known_keys(ref: TableRef) -> dict[str, set[str]]:
     """Per pipeline, every batch key the plan log planned or recorded as committed."""
-    root = os.path.join(local_path(table_uri), META_DIR, "pipelines")
+    root = os.path.join(ref.path, META_DIR, "pipelines")
     found: dict[str, set[str]] = {}
     for pipeline in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         # A Finder .DS_Store, a directory copied aside ("old backup"): no pipeline of the
         # table, passed over as ask and verify pass over them.
         if not _is_pipeline_id(pipeline) or not os.path.isdir(os.path.join(root, pipeline)):
             continue
-        log = PlanLog(table_uri, pipeline)
+        log = PlanLog(ref, pipeline)
         newest = log.newest_offset_seq()
         keys = {log.get_offset_plan(s).batch_key for s in range(newest + 1 if newest is not None else 0)}
         idir = under(log.table_path, META_DIR, "pipelines", pipeline, "intervals")
@@ -142,10 +143,10 @@ def batch_known(table: TableLog | None, batch: BatchKey, status: BatchStatus) ->
     """
     if status.committed_generation is not None:
         return True, True
-    table_uri = table.table_uri if table is not None else None
-    if table_uri is None:
+    ref = table.ref if table is not None else None
+    if ref is None:
         return False, False
-    log = PlanLog(table_uri, batch.pipeline_id)
+    log = PlanLog(ref, batch.pipeline_id)
     if not os.path.isdir(log.root):
         return False, False
     if os.path.isdir(os.path.join(log.root, "batches", batch.key)):
@@ -155,14 +156,14 @@ def batch_known(table: TableLog | None, batch: BatchKey, status: BatchStatus) ->
     return True, log.get_plan(batch.key) is not None
 
 
-def table_status(table_uri: str) -> list[PipelineSummary]:
-    """Summaries of every pipeline that has loaded, or planned, into ``table_uri``.
+def table_status(ref: TableRef) -> list[PipelineSummary]:
+    """Summaries of every pipeline that has loaded, or planned, into ``ref``.
 
     Batches are found in the plan log and the commit records, and also in the commit infos
     still in the log (a table loaded by another copy of the plan log, or by Delta Spark).
     """
-    table = open_table(table_uri)
-    keys = _known_keys(table_uri)
+    table = open_table(ref)
+    keys = _known_keys(ref)
     if table is not None:
         for info in table.snapshot().history():  # a report, not a hot path
             m = Manifest.from_user_metadata(info.get("userMetadata"))

@@ -40,7 +40,7 @@ from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.durations import parse_interval
 from airflow_eod.core.errors import UnsupportedTableError
 from airflow_eod.core.planlog.retention import RETENTION_KEY
-from airflow_eod.core.table_layout import local_path
+from airflow_eod.core.table_ref import TableLike, TableRef
 
 # The report's types and the kinds of finding live in findings; they are named here too,
 # where callers and tests have always found them.
@@ -58,27 +58,28 @@ __all__ = [
 
 
 def audit_table(
-    table_uri: str,
+    table: TableLike,
     *,
     stuck_after: timedelta = timedelta(days=1),
     expiry_warning: float = 0.8,
     now: datetime | None = None,
 ) -> AuditReport:
-    """Audit the table at ``table_uri`` against the guarantee, trusting none of its writers.
+    """Audit the table at ``table`` against the guarantee, trusting none of its writers.
 
-    :param table_uri: the Delta table (a local path or ``file://`` URI).
+    :param table: the Delta table (a local path, a ``file://`` URI, or a :class:`TableRef`).
     :param stuck_after: a plan not committed this long after it was planned is reported.
     :param expiry_warning: the fraction of ``delta.setTransactionRetentionDuration`` past
         which markers and uncommitted plans are reported.
     :param now: the time ages are measured at (default: now; a naive value is taken as UTC).
-    :raises UnsupportedTableError: when there is no Delta table at ``table_uri``.
+    :raises UnsupportedTableError: when there is no Delta table at ``table``.
     """
-    path = local_path(table_uri)
-    if open_table(path) is None:
+    ref = TableRef.parse(table)
+    path = ref.path
+    if open_table(ref) is None:
         raise UnsupportedTableError(f"there is no Delta table at {path} (no _delta_log with a commit)")
     now = now or datetime.now(UTC)
     now = now if now.tzinfo else now.replace(tzinfo=UTC)
-    audit = _read(path, now, stuck_after, expiry_warning)
+    audit = _read(ref, now, stuck_after, expiry_warning)
     resolve(audit)
     check_files(audit)
     batches = check_batches(audit)
@@ -90,22 +91,22 @@ def audit_table(
     return AuditReport(path, audit.version, now, batches, audit.findings)
 
 
-def _read(path: str, now: datetime, stuck_after: timedelta, expiry_warning: float) -> AuditState:
-    """The facts of the table at ``path``, all read at its current version: the snapshot's
+def _read(ref: TableRef, now: datetime, stuck_after: timedelta, expiry_warning: float) -> AuditState:
+    """The facts of the table ``ref``, all read at its current version: the snapshot's
     live files first, then the log and the plan log (a record of a load that commits while
     they are read is told apart by its table version, see ``AuditState``)."""
-    dt = DeltaTable(path)
+    dt = DeltaTable(ref.path)
     version, table_id = dt.version(), str(dt.metadata().id)
     retention = (dt.metadata().configuration or {}).get(RETENTION_KEY)
-    live = read_live_files(path, dt)  # looked up here: tests wrap it to commit mid-audit
+    live = read_live_files(ref, dt)  # looked up here: tests wrap it to commit mid-audit
     return AuditState(
-        path=path,
+        ref=ref,
         now=now,
         stuck_after=stuck_after,
         expiry_warning=expiry_warning,
         version=version,
         window=parse_interval(retention) if retention else None,
         live=live,
-        log=read_log_facts(path, version),
-        plan_log=read_plan_log_facts(path, table_id),
+        log=read_log_facts(ref, version),
+        plan_log=read_plan_log_facts(ref, table_id),
     )

@@ -11,13 +11,15 @@ from airflow_eod.core.delta.log import read_log
 from airflow_eod.core.errors import PlanLogError, UnsupportedTableError
 from airflow_eod.core.storage import storage_at
 from airflow_eod.core.table_layout import META_DIR
+from airflow_eod.core.table_ref import TableRef
 
 _TABLE_ID_FILE = "table.json"
 _KEY = f"{META_DIR}/{_TABLE_ID_FILE}"
 
 
-def bound_table_id(table_path: str) -> str | None:
+def bound_table_id(ref: TableRef) -> str | None:
     """The id of the table the plan log beside ``table_path`` is bound to, if any."""
+    table_path = ref.path
     path = os.path.join(table_path, META_DIR, _TABLE_ID_FILE)
     store = storage_at(table_path)
     try:
@@ -35,7 +37,7 @@ def bound_table_id(table_path: str) -> str | None:
     return value
 
 
-def check_table_identity(table_path: str, table_id: str | None) -> None:
+def check_table_identity(ref: TableRef, table_id: str | None) -> None:
     """Bind the plan log beside a table to that table, and refuse it for any other.
 
     The plan log remembers which batches an offset pipeline loaded. A table dropped and
@@ -43,16 +45,17 @@ def check_table_identity(table_path: str, table_id: str | None) -> None:
     its older offset batches counted as loaded (lost), and a deleted table would have them
     all. The first commit's table id is written once; a different one is refused.
     """
+    table_path = ref.path
     store = storage_at(table_path)
     store.where(_KEY)  # never through a link out of the table
-    bound = bound_table_id(table_path)
+    bound = bound_table_id(ref)
     if bound is None:
         if table_id is not None:
             store.put_if_absent(_KEY, json.dumps({"table_id": table_id}).encode())
-            check_table_identity(table_path, table_id)  # a racer may have bound another id
+            check_table_identity(ref, table_id)  # a racer may have bound another id
         return
     if bound != table_id:
-        if table_id is None and _created_since(table_path, bound):
+        if table_id is None and _created_since(ref, bound):
             return  # a racing first load created the table after the caller looked: ask again
         now = "no Delta table" if table_id is None else f"table {table_id}"
         raise UnsupportedTableError(
@@ -63,9 +66,9 @@ def check_table_identity(table_path: str, table_id: str | None) -> None:
         )
 
 
-def _created_since(table_path: str, bound: str) -> bool:
+def _created_since(ref: TableRef, bound: str) -> bool:
     """Whether the table the plan log is bound to is there now. The caller saw no table; a
     racing first load may have created and bound it since (a parallel backfill): that is
     no dropped table, and the caller's next look finds it."""
-    table = read_log(table_path)
+    table = read_log(ref)
     return table is not None and str(table.metadata().id) == bound

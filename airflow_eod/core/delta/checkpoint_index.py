@@ -34,6 +34,7 @@ from airflow_eod.core import bounded_json
 from airflow_eod.core.errors import UnsafePathError
 from airflow_eod.core.storage import Storage, storage_at
 from airflow_eod.core.table_layout import META_DIR, path_part
+from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def _put(store: Storage, key: str, text: str) -> None:
 
 
 def write_index(
-    table_path: str, version: int, files: list[str], state: dict[str, Any], markers: dict[str, int]
+    ref: TableRef, version: int, files: list[str], state: dict[str, Any], markers: dict[str, int]
 ) -> None:
     """Index the checkpoint at ``version`` from what reading it gave.
 
@@ -91,6 +92,7 @@ def write_index(
     :param state: its ``metaData`` and ``protocol`` actions.
     :param markers: its markers, app id to version.
     """
+    table_path = ref.path
     store = storage_at(table_path)
     where = _index_dir(store, version, files)
     store.where(where)  # refused before anything is written when a link leads out
@@ -162,11 +164,10 @@ class IndexedMarkers:
         return self._loaded[n].get(app_id)
 
 
-def read_index(
-    table_path: str, version: int, files: list[str]
-) -> tuple[dict[str, Any], IndexedMarkers] | None:
+def read_index(ref: TableRef, version: int, files: list[str]) -> tuple[dict[str, Any], IndexedMarkers] | None:
     """The checkpoint's ``metaData``/``protocol`` and its markers, from its index; ``None``
     when it has none (or one that does not fit)."""
+    table_path = ref.path
     store = storage_at(table_path)
     try:
         where = _index_dir(store, version, files)
@@ -191,15 +192,16 @@ def read_index(
 
 
 def index_after_checkpoint(
-    table_path: str,
+    ref: TableRef,
     version: int,
     files: list[str],
     read: Callable[[list[str]], tuple[dict[str, Any], dict[str, int]]],
 ) -> None:
     """Write the index of a checkpoint just written, best effort: without it, readings decode
     the checkpoint, slower and never wrong."""
+    table_path = ref.path
     try:
         state, markers = read(files)
-        write_index(table_path, version, files, state, markers)
+        write_index(ref, version, files, state, markers)
     except Exception as exc:
         log.warning("could not index the checkpoint of %s at version %d: %s", table_path, version, exc)

@@ -15,6 +15,7 @@ from airflow_eod.core import bounded_json
 from airflow_eod.core.delta.reading import LOG_DIR, LogReadStats, Unreadable, log_key, log_storage
 from airflow_eod.core.durations import parse_interval
 from airflow_eod.core.errors import ConfigurationError, CorruptTableError
+from airflow_eod.core.table_ref import TableRef
 
 CHECKPOINT_NAME = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
 
@@ -186,8 +187,9 @@ def _checked_markers(path: str, markers: pa.Table) -> pa.Table:
     raise CorruptTableError(table_path, path, why)
 
 
-def checkpoint_path(table_path: str, version: int) -> str:
+def checkpoint_path(ref: TableRef, version: int) -> str:
     """The single-file checkpoint of ``version`` (what ``deltalake`` writes)."""
+    table_path = ref.path
     return checkpoint_files(os.path.join(table_path, LOG_DIR), version, None)[0]
 
 

@@ -37,6 +37,7 @@ from airflow_eod.core.delta.log import (
 from airflow_eod.core.delta.reading import log_key
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.storage import storage_at
+from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def in_commit_timestamp(table: TableLog, now: int) -> int | None:
     enabled = table.metadata().configuration.get("delta.enableInCommitTimestamps", "false")
     if "inCommitTimestamp" not in features or enabled.lower() != "true":
         return None
-    previous = read_commit_actions(table.path, table.version(), {"commitInfo"}) or []
+    previous = read_commit_actions(table.ref, table.version(), {"commitInfo"}) or []
     before = [a["commitInfo"].get("inCommitTimestamp") for a in previous]
     stamps = [t for t in before if type(t) is int]
     return max([now, *(t + 1 for t in stamps)])
@@ -155,7 +156,7 @@ def write_commit(
     actions += [_add(a) for a in adds]
     actions += [_remove(r, now) for r in removes]
     actions.append({"txn": {"appId": batch.app_id, "version": generation, "lastUpdated": now}})
-    target = commit_path(table.path, table.version() + 1)
+    target = commit_path(table.ref, table.version() + 1)
     data = ("\n".join(json.dumps(a) for a in actions) + "\n").encode()
     # The attempt id, which the manifest in the body carries: a write whose reply was lost is
     # known for this attempt's by reading it back (never through a link out of the table).
@@ -174,18 +175,19 @@ def checkpoint_due(table: TableLog, committed: int) -> bool:
     return committed - max(table.checkpoint_version, 0) >= interval
 
 
-def write_checkpoint(table_path: str, version: int, configuration: dict[str, str]) -> None:
+def write_checkpoint(ref: TableRef, version: int, configuration: dict[str, str]) -> None:
     """Checkpoint the table at ``version`` and clean up expired log entries, best effort.
 
     A failure here loses nothing: the commit has landed, and the next commit tries again
     (the checkpoint is due for as long as the newest one is an interval behind).
     """
+    table_path = ref.path
     try:
         snapshot = DeltaTable(table_path, version=version)
         snapshot.create_checkpoint()
-        written = checkpoint_path(table_path, version)
+        written = checkpoint_path(ref, version)
         if storage_at(table_path).head(log_key(written)) is not None:
-            index_after_checkpoint(table_path, version, [written], read_checkpoint_markers)
+            index_after_checkpoint(ref, version, [written], read_checkpoint_markers)
         if configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false":
             snapshot.cleanup_metadata()
     except Exception as exc:

@@ -11,6 +11,7 @@ from airflow_eod.core import bounded_json
 from airflow_eod.core.delta.reading import LOG_DIR
 from airflow_eod.core.errors import CorruptTableError
 from airflow_eod.core.storage import storage_at
+from airflow_eod.core.table_ref import TableRef
 
 _ACTION_BYTES = re.compile(rb'^\s*\{\s*"(\w+)"')
 
@@ -23,16 +24,18 @@ COMMIT_NAME = re.compile(r"^(\d{20})\.json$")
 _WHOLE_COMMIT = 16 << 20
 
 
-def commit_path(table_path: str, version: int) -> str:
+def commit_path(ref: TableRef, version: int) -> str:
+    table_path = ref.path
     return os.path.join(table_path, LOG_DIR, f"{version:020d}.json")
 
 
-def commit_exists(table_path: str, version: int) -> bool:
+def commit_exists(ref: TableRef, version: int) -> bool:
     """Whether commit ``version`` is in the log (not yet written, or aged out, otherwise)."""
+    table_path = ref.path
     return storage_at(table_path).head(f"{LOG_DIR}/{version:020d}.json") is not None
 
 
-def read_commit_actions(table_path: str, version: int, wanted: set[str]) -> list[dict[str, Any]] | None:
+def read_commit_actions(ref: TableRef, version: int, wanted: set[str]) -> list[dict[str, Any]] | None:
     """The actions named in ``wanted`` of commit ``version`` (others are not parsed), or
     ``None`` when the commit file is gone.
 
@@ -40,7 +43,8 @@ def read_commit_actions(table_path: str, version: int, wanted: set[str]) -> list
         :data:`~airflow_eod.core.bounded_json.MAX_ACTION_LINE`, or a wanted action that is
         not a bounded JSON object.
     """
-    path = commit_path(table_path, version)
+    table_path = ref.path
+    path = commit_path(ref, version)
     store, key = storage_at(table_path), f"{LOG_DIR}/{version:020d}.json"
     head = store.head(key)
     if head is None:
@@ -61,14 +65,15 @@ def read_commit_actions(table_path: str, version: int, wanted: set[str]) -> list
         # can hold a wanted action are split out and matched (bytes: no decoding).
         if not any(b'"' + name.encode() + b'"' in data for name in wanted):
             return []
-        return _wanted_actions(table_path, path, data.splitlines(), wanted)
+        return _wanted_actions(ref, path, data.splitlines(), wanted)
     with fh:
-        return _wanted_actions(table_path, path, bounded_json.json_lines(fh), wanted)
+        return _wanted_actions(ref, path, bounded_json.json_lines(fh), wanted)
 
 
 def _wanted_actions(
-    table_path: str, path: str, lines: Iterable[bytes], wanted: set[str]
+    ref: TableRef, path: str, lines: Iterable[bytes], wanted: set[str]
 ) -> list[dict[str, Any]]:
+    table_path = ref.path
     out: list[dict[str, Any]] = []
     try:
         for raw in lines:

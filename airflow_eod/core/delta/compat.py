@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow_eod.core.delta.log import TableLog
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
+from airflow_eod.core.table_ref import TableRef
 
 
 @dataclass(frozen=True)
@@ -153,12 +154,12 @@ def unsupported_features(table: TableLog) -> list[str]:
     return reasons
 
 
-def check_writable(table: TableLog, table_uri: str) -> None:
+def check_writable(table: TableLog, ref: TableRef) -> None:
     """Raise :class:`UnsupportedTableError` if the engine cannot honour ``table``."""
     reasons = unsupported_features(table)
     if reasons:
         raise UnsupportedTableError(
-            f"table {table_uri} uses {'; '.join(reasons)}; the delta-rs commit engine cannot keep "
+            f"table {ref} uses {'; '.join(reasons)}; the delta-rs commit engine cannot keep "
             "that, so nothing was read or staged: use engine='delta-spark' for this table "
             "(Delta Spark's writer keeps every feature it turned on), or drop the feature"
         )

@@ -16,15 +16,18 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from airflow_eod.core.table_ref import TableRef
+
 
 def has_deletion_vectors(table: DeltaTable) -> bool:
     """Whether the table's protocol lets writers add deletion vectors."""
     return "deletionVectors" in (table.protocol().reader_features or [])
 
 
-def deleted_rows(table_path: str, table: DeltaTable) -> dict[str, int]:
+def deleted_rows(ref: TableRef, table: DeltaTable) -> dict[str, int]:
     """Table-relative (decoded) path -> rows its deletion vector hides, for the snapshot's
     files that have one."""
+    table_path = ref.path
     if not has_deletion_vectors(table):
         return {}
     roots = {os.path.abspath(table_path) + "/", os.path.realpath(table_path) + "/"}

@@ -67,6 +67,7 @@ from airflow_eod.core.delta.reading import (
 from airflow_eod.core.delta.snapshot import Markers, TableLog, TableMarkers
 from airflow_eod.core.errors import CorruptTableError, EodError, UnsupportedTableError
 from airflow_eod.core.storage import storage_at
+from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +101,10 @@ def _complete(log_dir: str, version: int, newest_read: str | None, configuration
     return True
 
 
-def _refuse_links_in_log(table_path: str) -> None:
+def _refuse_links_in_log(ref: TableRef) -> None:
     """Before ``deltalake`` replays a log (which follows links and bounds nothing we chose):
     a link or a FIFO anywhere under ``_delta_log/`` is refused, as this reader refuses it."""
+    table_path = ref.path
     log_dir = os.path.join(table_path, LOG_DIR)
     for folder, dirs, files in os.walk(log_dir):
         for name in dirs + files:
@@ -124,11 +126,12 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def read_log(table_path: str) -> TableLog | None:
+def read_log(ref: TableRef) -> TableLog | None:
     """The table at its newest version, or ``None`` when its log holds no commit.
 
-    :param table_path: the table's local path.
+    :param ref: the table.
     """
+    table_path = ref.path
     cached = _CACHE.get(table_path)
     if cached is not None:
         try:
@@ -141,17 +144,17 @@ def read_log(table_path: str) -> TableLog | None:
     listing = False
     for _ in range(REREADS):
         try:
-            table = _read_log(table_path, listing=listing)
+            table = _read_log(ref, listing=listing)
             break
         except Overtaken:
             listing = True  # the hint may be the stale one: start from what the log holds
             continue
         except Unreadable:
-            table = _from_deltalake(table_path)
+            table = _from_deltalake(ref)
             break
     else:
         # Checkpoints keep overtaking the reading (a very busy writer): read it all once.
-        table = _from_deltalake(table_path)
+        table = _from_deltalake(ref)
     _remember(table)
     return table
 
@@ -160,7 +163,7 @@ def _signature(table: TableLog) -> str | None:
     """What identifies the newest file the reading rests on: a table deleted and re-created
     at the same path has other files there."""
     if table.table_version > table.checkpoint_version:
-        path = commit_path(table.path, table.table_version)
+        path = commit_path(table.ref, table.table_version)
     else:
         path = checkpoint_files(os.path.join(table.path, LOG_DIR), table.checkpoint_version, None)[0]
     head = storage_at(table.path).head(log_key(path))
@@ -189,18 +192,18 @@ def _extend(cached: TableLog, signature: str) -> TableLog | None:
     state: dict[str, Any] = {}
     version = cached.table_version
     started = time.time()
-    version = _read_tail(cached.path, version, tail, state, stats)
+    version = _read_tail(cached.ref, version, tail, state, stats)
     meta, proto = cached.metadata(), cached.protocol()
     if "metaData" in state:
-        meta = checked_metadata(cached.path, state["metaData"])
+        meta = checked_metadata(cached.ref, state["metaData"])
     if "protocol" in state:
-        proto = checked_protocol(cached.path, state["protocol"])
+        proto = checked_protocol(cached.ref, state["protocol"])
     if not _complete(
-        os.path.join(cached.path, LOG_DIR), version, commit_path(cached.path, version), meta.configuration
+        os.path.join(cached.path, LOG_DIR), version, commit_path(cached.ref, version), meta.configuration
     ):
         return None
     table = TableLog(
-        cached.path,
+        cached.ref,
         version,
         cached.checkpoint_version,
         meta,
@@ -217,7 +220,7 @@ def _extend(cached: TableLog, signature: str) -> TableLog | None:
 
 
 def _read_tail(
-    table_path: str,
+    ref: TableRef,
     version: int,
     tail: dict[str, tuple[int, int]],
     state: dict[str, Any],
@@ -225,8 +228,9 @@ def _read_tail(
 ) -> int:
     """Read the commits after ``version`` into ``tail`` (app id -> (marker, commit version))
     and ``state`` (the newest ``metaData``/``protocol``); the newest version found."""
+    table_path = ref.path
     while True:
-        actions = read_commit_actions(table_path, version + 1, _WANTED)
+        actions = read_commit_actions(ref, version + 1, _WANTED)
         if actions is None:
             return version
         version += 1
@@ -236,15 +240,16 @@ def _read_tail(
                 app_id, marker = action["txn"].get("appId"), action["txn"].get("version")
                 if not isinstance(app_id, str) or type(marker) is not int:
                     why = "has a txn action without a string appId and an integer version"
-                    raise CorruptTableError(table_path, commit_path(table_path, version), why)
+                    raise CorruptTableError(table_path, commit_path(ref, version), why)
                 tail[app_id] = (marker, version)
             else:
                 state.update(action)
 
 
-def _read_log(table_path: str, *, listing: bool = False) -> TableLog | None:
+def _read_log(ref: TableRef, *, listing: bool = False) -> TableLog | None:
     """One reading from the newest checkpoint (``_last_checkpoint``'s, or with ``listing``
     the newest one in the log directory) on; :class:`Overtaken` when it stopped short."""
+    table_path = ref.path
     log_dir = os.path.join(table_path, LOG_DIR)
     stats = LogReadStats()
     started = time.time()
@@ -261,7 +266,7 @@ def _read_log(table_path: str, *, listing: bool = False) -> TableLog | None:
     markers: Markers | None = None
     version = -1
     if start is not None:
-        indexed = read_index(table_path, start[0], files)
+        indexed = read_index(ref, start[0], files)
         if indexed is not None:
             stats.index_files_read += 1
             state, markers = indexed
@@ -271,22 +276,22 @@ def _read_log(table_path: str, *, listing: bool = False) -> TableLog | None:
         version = start[0]
     checkpoint_version = version
     tail: dict[str, tuple[int, int]] = {}
-    version = _read_tail(table_path, version, tail, state, stats)
+    version = _read_tail(ref, version, tail, state, stats)
     if version < 0:
         if any(COMMIT_NAME.match(n) for n in store.list(LOG_DIR)):
             raise Unreadable("commits with no checkpoint before them and no commit 0")
         return None
     if "metaData" not in state or "protocol" not in state:
         raise Unreadable("no metaData or protocol in the checkpoint and commits read")
-    meta = checked_metadata(table_path, state["metaData"])
-    proto = checked_protocol(table_path, state["protocol"])
+    meta = checked_metadata(ref, state["metaData"])
+    proto = checked_protocol(ref, state["protocol"])
     if "v2Checkpoint" in (proto.reader_features or []):
         # Its checkpoints may keep their actions in sidecar files this reader does not follow.
         raise Unreadable("a table with V2 checkpoints")
-    if not _complete(log_dir, version, commit_path(table_path, version), meta.configuration):
+    if not _complete(log_dir, version, commit_path(ref, version), meta.configuration):
         raise Overtaken(version)
     return TableLog(
-        table_path,
+        ref,
         version,
         checkpoint_version,
         meta,
@@ -299,8 +304,9 @@ def _read_log(table_path: str, *, listing: bool = False) -> TableLog | None:
     )
 
 
-def _unparseable(table_path: str) -> str:
+def _unparseable(ref: TableRef) -> str:
     """`` (<commit file> is not JSON)`` for the first commit that does not parse, if any."""
+    table_path = ref.path
     log_dir = os.path.join(table_path, LOG_DIR)
     for name in log_storage(log_dir).list(LOG_DIR):
         if COMMIT_NAME.match(name):
@@ -316,22 +322,23 @@ def _unparseable(table_path: str) -> str:
     return ""
 
 
-def _from_deltalake(table_path: str) -> TableLog:
+def _from_deltalake(ref: TableRef) -> TableLog:
     """The same view, read through ``deltalake`` (every file replayed): for logs this reader
     does not know how to read in a bounded way."""
-    _refuse_links_in_log(table_path)
+    table_path = ref.path
+    _refuse_links_in_log(ref)
     try:
         table = DeltaTable(table_path)
     except Exception as exc:  # deltalake's errors carry a Rust backtrace, not the file
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        where = _unparseable(table_path)
+        where = _unparseable(ref)
         # A commit that is not JSON stays so; anything else (I/O) may pass on a retry.
         error = UnsupportedTableError if where else EodError
         raise error(f"the Delta log of {table_path} cannot be read{where}: {first}") from exc
     meta = table.metadata()
     proto = table.protocol()
     return TableLog(
-        table_path,
+        ref,
         table.version(),
         -1,
         TableMetadata(

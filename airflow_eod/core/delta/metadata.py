@@ -10,6 +10,7 @@ from typing import Any
 from airflow_eod.core import bounded_json
 from airflow_eod.core.delta.reading import LOG_DIR
 from airflow_eod.core.errors import CorruptTableError
+from airflow_eod.core.table_ref import TableRef
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,13 @@ def _as_dict(value: Any) -> dict[str, str]:
     return dict(value or [])
 
 
-def _shapeless(table_path: str, action: str, exc: Exception) -> CorruptTableError:
+def _shapeless(ref: TableRef, action: str, exc: Exception) -> CorruptTableError:
+    table_path = ref.path
     why = f"holds a {action} action without the fields every Delta table's has ({type(exc).__name__}: {exc})"
     return CorruptTableError(table_path, os.path.join(table_path, LOG_DIR), why)
 
 
-def checked_metadata(table_path: str, action: Any) -> TableMetadata:
+def checked_metadata(ref: TableRef, action: Any) -> TableMetadata:
     """The ``metaData`` action the reading found, with the fields a reader needs:
     :class:`CorruptTableError` when it lacks them (a log made by hand, or by an attacker)."""
     try:
@@ -85,11 +87,11 @@ def checked_metadata(table_path: str, action: Any) -> TableMetadata:
         if not isinstance(schema, dict) or not isinstance(schema.get("fields"), list):
             raise TypeError("schemaString is not a struct schema")
     except (KeyError, TypeError, ValueError) as exc:
-        raise _shapeless(table_path, "metaData", exc) from None
+        raise _shapeless(ref, "metaData", exc) from None
     return meta
 
 
-def checked_protocol(table_path: str, action: Any) -> TableProtocol:
+def checked_protocol(ref: TableRef, action: Any) -> TableProtocol:
     """The ``protocol`` action the reading found (see :func:`checked_metadata`)."""
     try:
         proto = _protocol_from(action)
@@ -97,5 +99,5 @@ def checked_protocol(table_path: str, action: Any) -> TableProtocol:
             if features is not None and not all(isinstance(f, str) for f in features):
                 raise TypeError("readerFeatures or writerFeatures is not a list of names")
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        raise _shapeless(table_path, "protocol", exc) from None
+        raise _shapeless(ref, "protocol", exc) from None
     return proto

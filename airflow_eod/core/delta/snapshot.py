@@ -16,6 +16,7 @@ from airflow_eod.core.delta.checkpoint_index import IndexMismatch
 from airflow_eod.core.delta.checkpoints import checkpoint_files, read_checkpoint
 from airflow_eod.core.delta.metadata import TableMetadata, TableProtocol
 from airflow_eod.core.delta.reading import LOG_DIR, LogReadStats
+from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +43,13 @@ class TableMarkers:
 class TableLog:
     """A Delta table at one version, as far as markers, metadata and protocol go.
 
-    :param path: the table's local path.
+    :param ref: the table.
     :param table_version: the version read.
     :param checkpoint_version: the version of the checkpoint the reading started from
         (``-1``: none).
     """
 
-    path: str
+    ref: TableRef
     table_version: int
     checkpoint_version: int
     _metadata: TableMetadata
@@ -61,8 +62,9 @@ class TableLog:
     checkpoint_parts: int | None = None
 
     @property
-    def table_uri(self) -> str:
-        return self.path
+    def path(self) -> str:
+        """The table's local path."""
+        return self.ref.path
 
     def version(self) -> int:
         return self.table_version

@@ -7,25 +7,26 @@ import stat
 
 from airflow_eod.core.delta.log import TableLog, read_log
 from airflow_eod.core.errors import UnsupportedTableError
-from airflow_eod.core.table_layout import DATA_DIR, META_DIR, local_path, under
+from airflow_eod.core.table_layout import DATA_DIR, META_DIR, under
+from airflow_eod.core.table_ref import TableRef
 
 # What airflow-eod itself may have put in a table directory before the first commit.
 _OWN_ENTRIES = {META_DIR, DATA_DIR}
 
 
-def open_table(table_uri: str) -> TableLog | None:
-    """The Delta table at ``table_uri``, or ``None`` when there is none yet.
+def open_table(ref: TableRef) -> TableLog | None:
+    """The Delta table at ``ref``, or ``None`` when there is none yet.
 
     A ``_delta_log/`` with no commit in it (a writer died while creating the table, leaving
     only its temporary file) is no table yet: the next commit creates it. A directory that
     holds other things but no Delta log is refused: loading into it would mix our files with
     someone else's.
     """
-    path = local_path(table_uri)
+    path = ref.path
     # A _delta_log that is a link out of the table (to another team's table) is refused
     # before it is read, or written: commits would land in the other table's log.
     under(path, "_delta_log")
-    table = read_log(path)
+    table = read_log(ref)
     if table is not None:
         return table
     # One stat, not "is it a directory?" then "does it exist?": a racer that creates the table
@@ -46,6 +47,6 @@ def open_table(table_uri: str) -> TableLog | None:
     if foreign:
         raise UnsupportedTableError(
             f"{path} exists but is not a Delta table (it holds {', '.join(foreign[:5])}); "
-            "point table_uri at an existing Delta table or at an empty or new directory"
+            "point ref at an existing Delta table or at an empty or new directory"
         )
     return None

@@ -38,8 +38,8 @@ from airflow_eod.core.batch import BatchKey, fingerprint, validate_pipeline_id
 from airflow_eod.core.delta.binding import bound_table_id, check_table_identity
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import PlanLogError
-from airflow_eod.core.storage import storage_at
-from airflow_eod.core.table_layout import META_DIR, local_path, path_part
+from airflow_eod.core.table_layout import META_DIR, path_part
+from airflow_eod.core.table_ref import TableRef
 
 PLAN_FORMAT = 1
 INTERVAL = "interval"
@@ -109,18 +109,19 @@ def _now_iso() -> str:
 class PlanLog:
     """The plan log of one pipeline on one table.
 
-    :param table_uri: the target Delta table (local or shared-filesystem path).
+    :param ref: the target Delta table.
     :param pipeline_id: the pipeline whose plans this log holds.
     """
 
-    def __init__(self, table_uri: str, pipeline_id: str) -> None:
+    def __init__(self, ref: TableRef, pipeline_id: str) -> None:
         self.pipeline_id = validate_pipeline_id(pipeline_id)
-        self.table_path = local_path(table_uri)
+        self.ref = ref
+        self.table_path = ref.path
         self.root = os.path.join(self.table_path, META_DIR, "pipelines", pipeline_id)
         self._target_checked = False
         # The table's bytes. Short-lived, as this instance is: the directories it found to be
         # no link are not looked at again.
-        self.storage = storage_at(self.table_path)
+        self.storage = ref.storage()
 
     # -- low level ---------------------------------------------------------------
     def _key(self, *parts: str) -> str:
@@ -151,8 +152,8 @@ class PlanLog:
         refused load must leave someone else's directory exactly as it was."""
         if self._target_checked:
             return
-        table = open_table(self.table_path)  # raises UnsupportedTableError for a foreign directory
-        check_table_identity(self.table_path, None if table is None else str(table.metadata().id))
+        table = open_table(self.ref)  # raises UnsupportedTableError for a foreign directory
+        check_table_identity(self.ref, None if table is None else str(table.metadata().id))
         self._target_checked = True
 
     def _put_if_absent(self, path: str, body: dict[str, Any]) -> bool:
@@ -255,7 +256,7 @@ class PlanLog:
 
     def bound_table_id(self) -> str | None:
         """The id of the table this plan log is bound to (set by the first commit)."""
-        return bound_table_id(self.table_path)
+        return bound_table_id(self.ref)
 
     def newest_generation(self, batch_key: str) -> int:
         """The newest generation planned for ``batch_key`` (0 when only the first plan, or

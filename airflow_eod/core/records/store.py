@@ -41,6 +41,7 @@ from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.records.record_files import RecordStore
 from airflow_eod.core.table_layout import batch_dir
+from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ def judge(plan_log: PlanLog, table: TableLog, batch: BatchKey, record: CommitRec
     # word: the table is that checkpoint, and a stale writer may have put a commit of its own
     # into the hole a log cleanup left there. The checkpoint's marker judges those.
     actions = (
-        read_commit_actions(table.path, record.table_version, {"txn"})
+        read_commit_actions(table.ref, record.table_version, {"txn"})
         if record.table_version > table.checkpoint_version
         else None
     )
@@ -152,7 +153,7 @@ def judge(plan_log: PlanLog, table: TableLog, batch: BatchKey, record: CommitRec
             raise CorruptRecordError(
                 f"batch {batch.label}: commit record {where} says generation {record.generation} landed "
                 f"at table version {record.table_version}, but that commit "
-                f"({commit_path(table.path, record.table_version)}) carries {found}. The table is the "
+                f"({commit_path(table.ref, record.table_version)}) carries {found}. The table is the "
                 "truth: move the record aside and run the batch again (see the runbook, 'a corrupt "
                 "commit record')"
             )
@@ -221,7 +222,7 @@ def record_at(plan_log: PlanLog, table: TableLog, batch: BatchKey, generation: i
 
 
 def _landed(table: TableLog, batch: BatchKey, generation: int, version: int) -> Manifest | None:
-    actions = read_commit_actions(table.path, version, {"txn", "commitInfo"})
+    actions = read_commit_actions(table.ref, version, {"txn", "commitInfo"})
     if not actions or not any(
         a["txn"].get("appId") == batch.app_id and int(a["txn"]["version"]) == generation
         for a in actions
@@ -248,9 +249,9 @@ def foreign_marker(table: TableLog, batch: BatchKey, generation: int) -> tuple[i
     known = table.marker_commit(batch.app_id)
     newest_first = range(table.version(), -1, -1) if known is None else [known]
     for version in newest_first:
-        if not commit_exists(table.path, version):
+        if not commit_exists(table.ref, version):
             break  # older commits have aged out too
-        actions = read_commit_actions(table.path, version, {"txn", "commitInfo"}) or []
+        actions = read_commit_actions(table.ref, version, {"txn", "commitInfo"}) or []
         if not any(
             a["txn"].get("appId") == batch.app_id and a["txn"].get("version") == generation
             for a in actions
@@ -308,7 +309,7 @@ def find_commit(table: TableLog, batch: BatchKey, generation: int) -> tuple[int,
     candidates = [known] if known is not None else []
     candidates += [v for v in range(table.version(), -1, -1) if v != known]
     for version in candidates:
-        if not commit_exists(table.path, version):
+        if not commit_exists(table.ref, version):
             break  # older commits have aged out too
         manifest = _landed(table, batch, generation, version)
         if manifest is None:
@@ -328,14 +329,14 @@ def _part_of_table(table: TableLog, batch: BatchKey, generation: int, version: i
     tombstone expired, a later commit still in the log removed that file (an OPTIMIZE). A
     stale writer's files were never in the table, so neither holds for them.
     """
-    actions = read_commit_actions(table.path, version, {"add"}) or []
+    actions = read_commit_actions(table.ref, version, {"add"}) or []
     first = next((a["add"]["path"] for a in actions), None)
     if checkpoint_holds(table, version, first, batch.app_id, generation) is True:
         return True
     if first is None:
         return False
     for later in range(version + 1, table.version() + 1):
-        removes = read_commit_actions(table.path, later, {"remove"})
+        removes = read_commit_actions(table.ref, later, {"remove"})
         if removes is None:
             return False  # aged out: no trace left to tell
         if any(r["remove"].get("path") == first for r in removes):
@@ -343,12 +344,12 @@ def _part_of_table(table: TableLog, batch: BatchKey, generation: int, version: i
     return False
 
 
-def commit_files(table_path: str, version: int) -> list[str] | None:
+def commit_files(ref: TableRef, version: int) -> list[str] | None:
     """Every file added by commit ``version`` (decoded paths), or ``None`` when the commit
     file is gone. A commit that carries a batch's marker lands that batch and nothing else,
     so these are the batch's files, wherever the engine put them (Delta Spark writes them
     at the table root, not under the batch's directory)."""
-    actions = read_commit_actions(table_path, version, {"add"})
+    actions = read_commit_actions(ref, version, {"add"})
     if actions is None:
         return None
     return sorted(unquote(a["add"]["path"]) for a in actions)
@@ -364,7 +365,7 @@ def repair_record(
     if found is None:
         return None
     version, manifest = found
-    files = commit_files(plan_log.table_path, version)
+    files = commit_files(plan_log.ref, version)
     if files is None:
         return None
     record = CommitRecord(batch.key, generation, str(table.metadata().id), version, asdict(manifest), files)
