@@ -9,8 +9,6 @@ files that it is about to commit.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 
 from airflow_eod.core.ask import BatchStatus
 from airflow_eod.core.errors import UnsafePathError
@@ -37,32 +35,22 @@ def remove_uncommitted_attempts(ref: TableRef, status: BatchStatus) -> list[str]
         # The committed attempt's id comes from the commit (table content): a hostile one
         # is refused. A batch directory that is a link (or sits behind one) leading out of
         # the table is refused too, before it is listed: its g<gen>-* entries are not ours.
-        keep = os.path.basename(attempt_dir(status.batch, gen, status.manifest.attempt_id))
-        root = ref.dir(rel)
+        keep = attempt_dir(status.batch, gen, status.manifest.attempt_id).rsplit("/", 1)[-1]
+        store = ref.storage()
+        names = store.list(rel)
     except UnsafePathError as exc:
         # The batch committed; what cannot be cleaned safely is left, and said.
         log.warning("batch %s: not cleaning up: %s", status.batch, exc.cause)
         return []
     removed: list[str] = []
-    try:
-        entries = list(os.scandir(root))
-    except FileNotFoundError:
-        return removed
-    for entry in entries:
-        if not entry.name.startswith(f"g{gen}-") or entry.name == keep:
+    for name in names:
+        if not name.startswith(f"g{gen}-") or name == keep:
             continue
-        if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
-            # Never followed: a link is removed itself, its target is left alone. Nothing
-            # else here is an attempt's directory, and nothing else is ours to remove.
-            if entry.is_symlink():
-                log.warning("batch %s: removing link %s/%s, not its target", status.batch, rel, entry.name)
-                os.unlink(entry.path)
-                removed.append(f"{rel}/{entry.name}")
-            continue
-        # rmtree does not follow links below it either (and refuses a link at its top).
-        shutil.rmtree(entry.path, ignore_errors=True)
-        fault_point("in_cleanup")
-        removed.append(f"{rel}/{entry.name}")
+        # The storage follows no link: a link here is removed itself and its target left
+        # alone; a plain file is no attempt's directory, and not ours to remove.
+        if store.delete_prefix(f"{rel}/{name}"):
+            fault_point("in_cleanup")
+            removed.append(f"{rel}/{name}")
     if removed:
         log.info("batch %s: removed %d uncommitted attempt dir(s)", status.batch, len(removed))
     return removed

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_eod.core.errors import UnsafePathError
-from airflow_eod.core.storage import LocalStorage, NotFound, Storage
+from airflow_eod.core.storage import BoundError, LocalStorage, NotFound, Storage, object_lines
 from airflow_eod.core.storage import local as local_backend
 
 BACKENDS: dict[str, Callable[[Any], Storage]] = {
@@ -117,6 +117,45 @@ def test_get_with_a_limit_reads_no_more(store: Storage) -> None:
     assert store.get("big.json", limit=100) == b"x" * 100
     with pytest.raises(ValueError, match="larger than 99 bytes"):
         store.get("big.json", limit=99)
+
+
+def test_get_range_reads_a_piece_and_nothing_past_the_end(store: Storage) -> None:
+    store.put("r.json", bytes(range(100)))
+    assert store.get_range("r.json", 10, 5) == bytes(range(10, 15))
+    assert store.get_range("r.json", 95, 50) == bytes(range(95, 100))
+    assert store.get_range("r.json", 100, 10) == b""
+    with pytest.raises(NotFound):
+        store.get_range("none.json", 0, 10)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 64])
+def test_object_lines_splits_across_ranges_and_bounds_each_line(store: Storage, chunk: int) -> None:
+    body = b'{"a": 1}\n\n{"b": [1, 2]}\n{"c": "no newline at the end"}'
+    store.put("c.json", body)
+    size = len(body)
+    got = list(object_lines(store, "c.json", size, limit=64, chunk=chunk))
+    assert got == [b'{"a": 1}\n', b"\n", b'{"b": [1, 2]}\n', b'{"c": "no newline at the end"}']
+    assert b"".join(got) == body
+    # Only what the caller saw is read: bytes appended since are not.
+    assert b"".join(object_lines(store, "c.json", 9, limit=64, chunk=chunk)) == body[:9]
+    with pytest.raises(BoundError, match="longer than 12 bytes"):
+        list(object_lines(store, "c.json", size, limit=12, chunk=chunk))
+
+
+def test_object_lines_refuses_a_long_line_without_holding_it(store: Storage) -> None:
+    """A line of 1 MB under a limit of 1 KB: refused after at most limit + chunk bytes."""
+    store.put("long.json", b"x" * (1 << 20))
+    reads: list[int] = []
+    real = store.get_range
+
+    def counting(key: str, start: int, length: int) -> bytes:
+        reads.append(length)
+        return real(key, start, length)
+
+    store.get_range = counting  # type: ignore[method-assign]
+    with pytest.raises(BoundError):
+        list(object_lines(store, "long.json", 1 << 20, limit=1024, chunk=4096))
+    assert sum(reads) <= 1024 + 4096
 
 
 def test_delete_is_idempotent(store: Storage) -> None:

@@ -3,6 +3,7 @@ where its files are, and their ``metaData``, ``protocol`` and ``txn`` markers, r
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import time
@@ -15,6 +16,8 @@ from airflow_eod.core import bounded_json
 from airflow_eod.core.delta.reading import LOG_DIR, LogReadStats, Unreadable, log_key, log_storage
 from airflow_eod.core.durations import parse_interval
 from airflow_eod.core.errors import ConfigurationError, CorruptTableError
+from airflow_eod.core.storage import NotFound
+from airflow_eod.core.storage.object_file import open_object
 from airflow_eod.core.table_ref import TableRef
 
 CHECKPOINT_NAME = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
@@ -132,10 +135,18 @@ def open_checkpoint(path: str) -> pq.ParquetFile:
     may lead out of the table), never a FIFO or device (whose read would never end, and hold
     a thread of the shared triggerer for good).
 
+    Read through the storage seam, in ranges: the footer, then only the columns asked for.
+
     :raises CorruptTableError: when it is a link, a FIFO, a device.
+    :raises NotFound: when it is gone (a log cleanup removed it since it was named).
     """
+    store, key = log_storage(os.path.dirname(path)), log_key(path)
     try:
-        return bounded_json.open_parquet(path)
+        store.get_range(key, 0, 0)  # refused here, unread, when it is no plain object
+        head = store.head(key)
+        if head is None:
+            raise NotFound(errno.ENOENT, "no checkpoint file", path)
+        return pq.ParquetFile(open_object(store, key, head.size))
     except bounded_json.JsonBoundError as exc:
         raise CorruptTableError(os.path.dirname(os.path.dirname(path)), path, str(exc)) from None
 

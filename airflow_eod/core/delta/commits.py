@@ -8,9 +8,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from airflow_eod.core import bounded_json
+from airflow_eod.core.bounded_json import MAX_ACTION_LINE
 from airflow_eod.core.delta.reading import LOG_DIR
 from airflow_eod.core.errors import CorruptTableError
-from airflow_eod.core.storage import storage_at
+from airflow_eod.core.storage import object_lines, storage_at
 from airflow_eod.core.table_ref import TableRef
 
 _ACTION_BYTES = re.compile(rb'^\s*\{\s*"(\w+)"')
@@ -52,22 +53,17 @@ def read_commit_actions(ref: TableRef, version: int, wanted: set[str]) -> list[d
     try:
         if head.size <= _WHOLE_COMMIT:
             data = store.get(key, limit=_WHOLE_COMMIT)
-            fh = None
-        else:
-            # Too large to hold whole: read line by line, each line bounded.
-            fh = bounded_json.open_regular(path)
+            # Most commits of a loaded table are a batch's adds and its marker: only lines
+            # that can hold a wanted action are split out and matched (bytes: no decoding).
+            if not any(b'"' + name.encode() + b'"' in data for name in wanted):
+                return []
+            return _wanted_actions(ref, path, data.splitlines(), wanted)
+        # Too large to hold whole: read in ranges, line by line, each line bounded.
+        return _wanted_actions(ref, path, object_lines(store, key, head.size, limit=MAX_ACTION_LINE), wanted)
     except FileNotFoundError:
         return None  # removed since it was seen (a log cleanup)
     except bounded_json.JsonBoundError as exc:
         raise CorruptTableError(table_path, path, str(exc)) from None
-    if fh is None:
-        # Most commits of a loaded table are a batch's adds and its marker: only lines that
-        # can hold a wanted action are split out and matched (bytes: no decoding).
-        if not any(b'"' + name.encode() + b'"' in data for name in wanted):
-            return []
-        return _wanted_actions(ref, path, data.splitlines(), wanted)
-    with fh:
-        return _wanted_actions(ref, path, bounded_json.json_lines(fh), wanted)
 
 
 def _wanted_actions(

@@ -37,6 +37,7 @@ from typing import Any
 from deltalake import DeltaTable
 
 from airflow_eod.core import bounded_json
+from airflow_eod.core.bounded_json import MAX_ACTION_LINE
 from airflow_eod.core.delta.checkpoint_index import read_index
 from airflow_eod.core.delta.checkpoint_search import checkpoint_holds, checkpoint_paths_under
 from airflow_eod.core.delta.checkpoints import (
@@ -66,7 +67,7 @@ from airflow_eod.core.delta.reading import (
 )
 from airflow_eod.core.delta.snapshot import Markers, TableLog, TableMarkers
 from airflow_eod.core.errors import CorruptTableError, EodError, UnsupportedTableError
-from airflow_eod.core.storage import storage_at
+from airflow_eod.core.storage import object_lines, storage_at
 from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
@@ -306,15 +307,15 @@ def _read_log(ref: TableRef, *, listing: bool = False) -> TableLog | None:
 
 def _unparseable(ref: TableRef) -> str:
     """`` (<commit file> is not JSON)`` for the first commit that does not parse, if any."""
-    table_path = ref.path
-    log_dir = os.path.join(table_path, LOG_DIR)
-    for name in log_storage(log_dir).list(LOG_DIR):
+    store = ref.storage()
+    for name in store.list(LOG_DIR):
         if COMMIT_NAME.match(name):
+            key = f"{LOG_DIR}/{name}"
             try:
-                with bounded_json.open_regular(os.path.join(log_dir, name)) as fh:
-                    for line in bounded_json.json_lines(fh):
-                        if line.strip():
-                            bounded_json.loads(line)
+                head = store.head(key)
+                for line in object_lines(store, key, head.size if head else 0, limit=MAX_ACTION_LINE):
+                    if line.strip():
+                        bounded_json.loads(line)
             except OSError:
                 continue  # removed meanwhile (a log cleanup): not a broken commit
             except ValueError:  # JsonBoundError too: a link, a device, a line out of bounds

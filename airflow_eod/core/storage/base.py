@@ -34,6 +34,7 @@ object back and compares, as :meth:`Storage.put_if_absent` says; the contract su
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -86,6 +87,16 @@ class Storage(Protocol):
         """
         ...
 
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Bytes ``start`` up to ``start + length`` of the object at ``key``: fewer at its end,
+        none past it. A ranged ``get`` (an HTTP ``Range`` in a store), for objects read in
+        pieces because they may be too large to hold whole (a commit with a million adds).
+
+        :raises NotFound: when there is no object at ``key``.
+        :raises BoundError: when it is not a plain object.
+        """
+        ...
+
     def head(self, key: str) -> Head | None:
         """Size, time and tag of the object at ``key``; ``None`` when there is none."""
         ...
@@ -129,6 +140,41 @@ class Storage(Protocol):
         :returns: ``False`` when there was nothing to remove.
         """
         ...
+
+
+def object_lines(
+    store: Storage, key: str, size: int, *, limit: int, chunk: int = 8 << 20
+) -> Iterator[bytes]:
+    """The lines of the object at ``key`` (each with its ``\\n``, the last one perhaps
+    without), read in ranges of ``chunk`` bytes up to ``size`` (its size when the caller
+    looked: what was appended since is not read); :class:`BoundError` at the first line
+    longer than ``limit``, before more than ``limit + chunk`` bytes of it are held, or when
+    the object is not a plain one.
+
+    :param store: the storage.
+    :param key: the object.
+    :param size: how much of it to read.
+    :param limit: the longest line taken.
+    :param chunk: the bytes read at a time.
+    """
+    pos, carry = 0, b""
+    if size <= 0:
+        store.get_range(key, 0, 0)  # an empty object has no line; a FIFO or a link is refused
+    while pos < size:
+        data = store.get_range(key, pos, min(chunk, size - pos))
+        if not data:
+            break  # shorter than when the caller looked (replaced meanwhile): read what is there
+        pos += len(data)
+        lines = (carry + data).split(b"\n")
+        carry = lines.pop()
+        for line in lines:
+            if len(line) >= limit:
+                raise BoundError(f"has a line longer than {limit} bytes")
+            yield line + b"\n"
+        if len(carry) > limit:
+            raise BoundError(f"has a line longer than {limit} bytes")
+    if carry:
+        yield carry
 
 
 def check_attempt(data: bytes, attempt: str | None) -> None:

@@ -67,6 +67,11 @@ class LocalStorage:
             raise BoundError(f"is larger than {limit} bytes")
         return data
 
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        with open_regular(self._path(key, last=False)) as fh:
+            fh.seek(start)
+            return fh.read(length)
+
     def head(self, key: str) -> Head | None:
         try:
             st = os.lstat(self._path(key, last=False))
