@@ -47,7 +47,7 @@ def wait_for(directory: str, parties: int, deadline: float = DEADLINE) -> list[s
         if time.monotonic() > end:
             raise RendezvousTimeout(
                 f"rendezvous {directory}: {len(here)} of {parties} parties arrived within "
-                f"{deadline:.0f} s ({here}); the others are wedged or dead"
+                f"{deadline:g} s ({here}); the others are wedged or dead"
             )
         time.sleep(_POLL)
     return here
