@@ -3,6 +3,7 @@ with pyarrow the way Spark stages them)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -19,9 +20,9 @@ from airflow_eod.core.cleanup import remove_uncommitted_attempts
 from airflow_eod.core.delta.parquet_stats import file_stats
 from airflow_eod.core.errors import SchemaMismatchError, UnsupportedTableError
 from airflow_eod.core.load_commit import commit_batch
-from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.core.table_ref import TableRef
 from tests.support.helpers import LOST_VERSION_RACE, commit_log, lost_races, stage_data
+from tests.support.rendezvous import arrivals, arrive, meeting_before_commit, wait_for
 
 BATCH = BatchKey("tests.engine", "i-20261120T000000Z-20261121T000000Z")
 
@@ -67,42 +68,54 @@ def test_batches_committed_out_of_order_are_all_kept(table: str) -> None:
     assert got == [0, 1, 2, 3, 100, 101, 102]
 
 
-def _race(args: tuple[str, int]) -> tuple[bool, int]:
-    table, i = args
-    # Every racer asks first, then pauses before its commit (EOD_FAULTPOINTS, set by the test
-    # before the pool started), so all of them commit (or create the table) from the same
-    # empty or stale view at about the same moment.
+# How long a racing test may take at all (a wedge guard: expiring fails the test).
+WEDGE = 600
+
+
+def _race(args: tuple[str, str, int]) -> tuple[bool, int, list[str]]:
+    table, rendezvous, i = args
+    # Every racer asks first, then waits before its commit (or table creation) until all four
+    # have asked, so all of them commit from the same empty or stale view: the race is
+    # certain, however slowly the machine starts them.
     staged, manifest = stage_data(table, BATCH, rows(10), attempt=f"racer{i}")
-    with commit_log() as messages:
+    with commit_log() as messages, meeting_before_commit(rendezvous, f"racer{i}", 4) as met:
         ours = commit_batch(TableRef.parse(table), BATCH, 0, staged, manifest)[0]
-    return ours, lost_races("\n".join(messages))
+    return ours, lost_races("\n".join(messages)), met
+
+
+def _four_racers(table: str, rendezvous: str) -> list[tuple[bool, int, list[str]]]:
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        # A racer waiting at the rendezvous holds its worker, so each of the four takes one.
+        results = pool.map_async(_race, [(table, rendezvous, i) for i in range(4)]).get(WEDGE)
+    # They overlapped: each of the four reached its commit only after all four had asked.
+    assert arrivals(rendezvous) == [f"racer{i}" for i in range(4)]
+    assert sorted(m for _, _, m in results) == [[f"racer{i}"] for i in range(4)]
+    return results
 
 
 @pytest.mark.faults
-def test_racing_processes_commit_a_batch_exactly_once(table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_racing_processes_commit_a_batch_exactly_once(table: str, tmp_path: Any) -> None:
     # The table exists first, so the race is on the batch's marker, not on creation.
     other = BatchKey("tests.engine", "seed")
     commit_batch(TableRef.parse(table), other, 0, *stage_data(table, other, rows(1, 1000)))
-    monkeypatch.setenv("EOD_FAULTPOINTS", "before_commit=sleep:1")
-    with multiprocessing.get_context("spawn").Pool(4) as pool:
-        results = pool.map(_race, [(table, i) for i in range(4)])
-    assert sorted(ours for ours, _ in results) == [False, False, False, True]
-    # The race happened: a loser's commit was fenced off and it asked again (not only a
-    # racer that came late and found the batch committed).
-    assert [lost for ours, lost in results if ours] == [0]
-    assert sum(lost for ours, lost in results if not ours) >= 1, results
+    results = _four_racers(table, str(tmp_path / "rendezvous"))
+    assert sorted(ours for ours, _, _ in results) == [False, False, False, True]
+    # The race happened: each loser's commit was fenced off once and it asked again (not a
+    # racer that came late and found the batch committed); the winner lost none.
+    assert [lost for ours, lost, _ in results if ours] == [0]
+    assert [lost for ours, lost, _ in results if not ours] == [1, 1, 1], results
     dt = DeltaTable(table)
     assert dt.version() == 1
     assert sorted(pa.table(dt.to_pyarrow_table())["id"].to_pylist()) == [*range(10), 1000]
 
 
 @pytest.mark.faults
-def test_racing_processes_creating_the_table_commit_once(table: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EOD_FAULTPOINTS", "before_commit=sleep:1")
-    with multiprocessing.get_context("spawn").Pool(4) as pool:
-        results = pool.map(_race, [(table, i) for i in range(4)])
-    assert sorted(ours for ours, _ in results) == [False, False, False, True]
-    assert sum(lost for ours, lost in results if not ours) >= 1, "no loser lost the creation race"
+def test_racing_processes_creating_the_table_commit_once(table: str, tmp_path: Any) -> None:
+    results = _four_racers(table, str(tmp_path / "rendezvous"))
+    assert sorted(ours for ours, _, _ in results) == [False, False, False, True]
+    assert [lost for ours, lost, _ in results if ours] == [0]
+    lost = [lost for ours, lost, _ in results if not ours]
+    assert lost == [1, 1, 1], f"a loser did not lose the creation race: {results}"
     assert sorted(pa.table(DeltaTable(table).to_pyarrow_table())["id"].to_pylist()) == list(range(10))
     assert DeltaTable(table).version() == 0, "the losers wrote no commit"
 
@@ -164,40 +177,32 @@ def test_stats_are_exact_or_absent(tmp_path: Any) -> None:
     assert "l" not in stats["minValues"] and "l" not in stats["nullCount"]
 
 
-def _paused_commit(table: str, queue: Any) -> None:
-    # EOD_FAULTPOINTS="before_commit=sleep:4" comes from the test, set while it started us.
+def _paused_commit(table: str, rendezvous: str, queue: Any) -> None:
+    # Asks, then holds before its commit until the test has committed the winner.
     staged, manifest = stage_data(table, BATCH, rows(10), attempt="paused")
-    with commit_log() as messages:
+    with commit_log() as messages, meeting_before_commit(rendezvous, "paused", 2):
         ours, status = commit_batch(TableRef.parse(table), BATCH, 0, staged, manifest)
     queue.put((ours, status.committed, status.manifest.attempt_id if status.manifest else None, messages))
 
 
 @pytest.mark.faults
-def test_an_attempt_that_asked_before_a_racer_committed_is_fenced(
-    table: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_attempt_that_asked_before_a_racer_committed_is_fenced(table: str, tmp_path: Any) -> None:
     """The loser's ask and commit share a snapshot; the racer's marker makes its commit fail."""
     other = BatchKey("tests.engine", "seed")
     commit_batch(TableRef.parse(table), other, 0, *stage_data(table, other, rows(1, 1000)))
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    paused = ctx.Process(target=_paused_commit, args=(table, queue))
-    monkeypatch.setenv("EOD_FAULTPOINTS", "before_commit=sleep:4")
+    rendezvous = str(tmp_path / "rendezvous")
+    paused = ctx.Process(target=_paused_commit, args=(table, rendezvous, queue))
     paused.start()
-    monkeypatch.delenv("EOD_FAULTPOINTS")  # the winner, in this process, does not pause
-    # Wait until the paused attempt has asked (it has staged its files) and is sleeping.
-    deadline = 30.0
-    marker = os.path.join(table, attempt_dir(BATCH, 0, "paused"))
-    import time
-
-    start = time.monotonic()
-    while not os.path.exists(marker) and time.monotonic() - start < deadline:
-        time.sleep(0.05)
-    time.sleep(1.5)
+    # The paused attempt has asked and holds before its commit; the winner commits meanwhile.
+    assert wait_for(rendezvous, 1) == ["paused"]
     staged, manifest = stage_data(table, BATCH, rows(10), attempt="winner")
     assert commit_batch(TableRef.parse(table), BATCH, 0, staged, manifest)[0]
-    ours, committed, attempt, messages = queue.get(timeout=60)
-    paused.join(60)
+    arrive(rendezvous, "winner")
+    ours, committed, attempt, messages = queue.get(timeout=WEDGE)
+    paused.join(WEDGE)
+    assert paused.exitcode == 0
     assert (ours, committed, attempt) == (False, True, "winner")
     assert any(LOST_VERSION_RACE in m for m in messages), f"the paused attempt was not fenced: {messages}"
     dt = DeltaTable(table)
@@ -205,12 +210,14 @@ def test_an_attempt_that_asked_before_a_racer_committed_is_fenced(
     assert sorted(pa.table(dt.to_pyarrow_table())["id"].to_pylist()) == [*range(10), 1000]
 
 
-def _evolving_commit(table: str, queue: Any, pause: float) -> None:
-    # The paused one gets EOD_FAULTPOINTS="before_commit=sleep:<pause>" from the test.
+def _evolving_commit(table: str, queue: Any, rendezvous: str | None) -> None:
+    # With a rendezvous: ask, then hold before the commit until the other one has committed.
     batch = BatchKey("tests.engine", "widened")
     data = rows(3, 50).append_column("extra", pa.array([1.0, 2.0, 3.0]))
-    staged, manifest = stage_data(table, batch, data, attempt=f"p{pause}")
-    with commit_log() as messages:
+    staged, manifest = stage_data(table, batch, data, attempt="paused" if rendezvous else "winner")
+    with commit_log() as messages, contextlib.ExitStack() as stack:
+        if rendezvous:
+            stack.enter_context(meeting_before_commit(rendezvous, "paused", 2))
         ours, status = commit_batch(
             TableRef.parse(table), batch, 0, staged, manifest, schema_policy="add_columns"
         )
@@ -218,25 +225,26 @@ def _evolving_commit(table: str, queue: Any, pause: float) -> None:
 
 
 @pytest.mark.faults
-def test_racing_schema_widening_commits_land_once(table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_racing_schema_widening_commits_land_once(table: str, tmp_path: Any) -> None:
     """The schema-widening commit is written by airflow-eod itself; a racer that took the
     version first makes it go back to the ask instead of overwriting."""
     commit_batch(TableRef.parse(table), BATCH, 0, *stage_data(table, BATCH, rows(2)))
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_evolving_commit, args=(table, queue, p)) for p in (3.0, 0.0)]
-    monkeypatch.setenv("EOD_FAULTPOINTS", "before_commit=sleep:3.0")
-    procs[0].start()
-    monkeypatch.delenv("EOD_FAULTPOINTS")
-    import time
-
-    time.sleep(2.0)  # the first has asked and is paused before its commit
-    procs[1].start()
-    results = sorted(queue.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(60)
+    rendezvous = str(tmp_path / "rendezvous")
+    paused = ctx.Process(target=_evolving_commit, args=(table, queue, rendezvous))
+    winner = ctx.Process(target=_evolving_commit, args=(table, queue, None))
+    paused.start()
+    assert wait_for(rendezvous, 1) == ["paused"]  # it has asked and holds before its commit
+    winner.start()
+    first = queue.get(timeout=WEDGE)
+    winner.join(WEDGE)
+    arrive(rendezvous, "winner")
+    second = queue.get(timeout=WEDGE)
+    paused.join(WEDGE)
+    assert (winner.exitcode, paused.exitcode) == (0, 0)
     # The paused one lost the race for the version (and asked again), the other did not.
-    assert results == [(False, True, 1), (True, True, 0)]
+    assert (first, second) == ((True, True, 0), (False, True, 1))
     dt = DeltaTable(table)
     assert dt.version() == 1
     assert sorted(pa.table(dt.to_pyarrow_table())["id"].to_pylist()) == [0, 1, 50, 51, 52]

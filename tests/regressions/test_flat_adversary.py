@@ -230,29 +230,35 @@ def test_racing_pipelines_with_a_short_log_retention_lose_no_batch(tmp_path: Any
 
 
 _SAME_BATCH = """
-import logging, os, sys, time
+import logging, os, sys
 sys.path.insert(0, {repo!r})
 logging.basicConfig(level=logging.INFO)  # the commit engine's lost races, on stderr
 from airflow_eod.core.table_ref import TableRef
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.planlog.store import PlanLog
 from tests.support.flat_helpers import stage_offset_batch
-table, seqs, cfg, me = {table!r}, {seqs!r}, {cfg!r}, {me!r}
+from tests.support.rendezvous import meeting_before_commit
+table, seqs, cfg, me, parties = {table!r}, {seqs!r}, {cfg!r}, {me!r}, {parties!r}
 ref = TableRef.parse(table)
 log = PlanLog(ref, "tests.flat")
 for seq in seqs:
     plan = log.get_offset_plan(seq)
     staged, manifest = stage_offset_batch(table, plan)
-    while not os.path.exists(table + f"-go-{{seq}}"):
-        time.sleep(0.001)
-    ours, status = commit_batch(ref, plan.key, 0, staged, manifest, table_configuration=cfg)
-    print("RESULT", seq, ours, status.committed, status.table_version)
+    # Ask, then wait before the commit until every racer has asked for this batch too.
+    with meeting_before_commit(table + f"-at-{{seq}}", me, parties) as met:
+        ours, status = commit_batch(ref, plan.key, 0, staged, manifest, table_configuration=cfg)
+    print("RESULT", seq, ours, status.committed, status.table_version, *met)
 """
+# How long the racers may take at all (a wedge guard: expiring fails the test).
+_WEDGE = 600
 
 
 def test_held_racing_attempts_of_the_same_batches_commit_each_once(tmp_path: Any) -> None:
     """Four processes (zombie, retry, two DAG runs) commit the same offset batches at the
-    same moment, with a warm cache and a checkpoint at every commit: one commit each (I4)."""
+    same moment, with a warm cache and a checkpoint at every commit: one commit each (I4).
+
+    The moment is a rendezvous, not a sleep: for each batch, every racer has asked (and
+    found it uncommitted) before any of them commits it, so three of them lose the race."""
     table, landing = str(tmp_path / "table"), str(tmp_path / "landing")
     os.makedirs(landing)
     grow(table, landing, 2)
@@ -270,25 +276,22 @@ def test_held_racing_attempts_of_the_same_batches_commit_each_once(tmp_path: Any
         key = BatchKey.for_offsets(PIPELINE, seq, {"boundary": {}, "inputs": inputs})
         log.put_plan(Plan(PIPELINE, key.key, OFFSETS, {}, inputs, seq=seq, source=source.identity()))
     cfg = {"delta.checkpointInterval": "1"}
-    racers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                _SAME_BATCH.format(repo=REPO, table=table, seqs=seqs, cfg=cfg, me=f"r{j}"),
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for j in range(4)
-    ]
-    time.sleep(4)
-    for seq in seqs:
-        open(table + f"-go-{seq}", "w").close()
-        time.sleep(0.3)
-    outs = [p.communicate() for p in racers]
+    names = [f"r{j}" for j in range(4)]
+    racers = []
+    for me in names:
+        # Files, not pipes: a racer blocked on a full pipe would never reach the rendezvous.
+        with open(tmp_path / f"{me}.out", "w") as out, open(tmp_path / f"{me}.err", "w") as err:
+            script = _SAME_BATCH.format(repo=REPO, table=table, seqs=seqs, cfg=cfg, me=me, parties=len(names))
+            racers.append(subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=out, stderr=err))
+    try:
+        codes = [p.wait(timeout=_WEDGE) for p in racers]
+    finally:
+        for p in racers:  # only after a wedge: the test fails on the TimeoutExpired
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    outs = [((tmp_path / f"{me}.out").read_text(), (tmp_path / f"{me}.err").read_text()) for me in names]
+    assert codes == [0] * len(names), [e[-1500:] for _, e in outs]
     results = [line.split() for o, _ in outs for line in o.splitlines() if line.startswith("RESULT")]
     assert len(results) == 4 * len(seqs), [e[-1500:] for _, e in outs]
     t = DeltaTable(table).to_pyarrow_table()
@@ -296,9 +299,13 @@ def test_held_racing_attempts_of_the_same_batches_commit_each_once(tmp_path: Any
     assert seen == [0, 1, *seqs], seen
     for seq in seqs:
         assert sum(1 for r in results if r[1] == str(seq) and r[2] == "True") == 1
-    # The racers did race: some lost a commit for the version and asked again (rather than
-    # each finding the batch already committed at its first ask).
-    assert sum(lost_races(e) for _, e in outs) >= 1, [e[-1500:] for _, e in outs]
+        # They overlapped: each racer met the three others before committing this batch.
+        met = sorted(party for r in results if r[1] == str(seq) for party in r[5:])
+        assert met == names, f"batch {seq}: only {met} met before committing; {results}"
+        assert sorted(os.listdir(table + f"-at-{seq}")) == names
+    # The racers did race: for each batch, the three losers lost the commit for the version
+    # once and asked again (rather than finding the batch already committed at their ask).
+    assert sum(lost_races(e) for _, e in outs) == 3 * len(seqs), [e[-1500:] for _, e in outs]
     delta_log.clear_cache()
     reading = open_table(TableRef.parse(table))
     assert reading is not None and reading.version() == DeltaTable(table).version()
