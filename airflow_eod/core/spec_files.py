@@ -18,17 +18,19 @@ import logging
 import os
 import re
 
+from airflow_eod.core import bounded_json
 from airflow_eod.core.ask import BatchStatus
 from airflow_eod.core.batch import BatchKey, fingerprint
 from airflow_eod.core.errors import UnsafePathError
-from airflow_eod.core.storage import storage_at
-from airflow_eod.core.table_layout import META_DIR, under
+from airflow_eod.core.table_layout import META_DIR, path_part
 from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
 SPECS_DIR = os.path.join(META_DIR, "specs")
 _SPECS_KEY = f"{META_DIR}/specs"
+# The name of the file a driver that failed leaves beside its spec (spark/driver.py).
+ERROR_SUFFIX = ".error.json"
 _NAME = re.compile(r"^(?P<batch>[0-9a-f]{24})-g(?P<gen>[0-9]{1,9})-(?P<attempt>[0-9A-Za-z_-]{1,64})\.json")
 
 
@@ -38,13 +40,48 @@ def _batch_tag(batch: BatchKey) -> str:
     return fingerprint([batch.pipeline_id, batch.key])[:24]
 
 
+def spec_key(batch: BatchKey, generation: int, attempt_id: str) -> str:
+    """The storage key of the spec of ``attempt_id`` (of ``batch`` at ``generation``), in the
+    table: the attempt id ends up in a name, so it must be one safe name."""
+    return f"{_SPECS_KEY}/{_batch_tag(batch)}-g{generation}-{path_part(attempt_id, 'attempt id')}.json"
+
+
 def spec_path(ref: TableRef, batch: BatchKey, generation: int, attempt_id: str) -> str:
-    """Where the spec of ``attempt_id`` (of ``batch`` at ``generation``) is written; the
-    directory is made if needed. Checked joins: the attempt id ends up in a file name, and
-    no link inside the table may lead the directory (or its creation) out of it."""
-    spec_dir = under(ref.path, *SPECS_DIR.split(os.sep))
-    os.makedirs(spec_dir, exist_ok=True)
-    return under(spec_dir, f"{_batch_tag(batch)}-g{generation}-{attempt_id}.json")
+    """Where the spec of ``attempt_id`` lives (for the driver, which reads it by this name),
+    refused when a link inside the table would lead it out."""
+    return ref.storage().where(spec_key(batch, generation, attempt_id))
+
+
+def write_spec(ref: TableRef, batch: BatchKey, generation: int, attempt_id: str, text: str) -> str:
+    """Write the spec of an attempt, readable by this user only (it names the source's
+    database and the table's layout, and ``_eod/`` may be shared with other teams);
+    return where it is (for ``--spec``).
+
+    :param ref: the table.
+    :param batch: the batch.
+    :param generation: the generation the attempt loads.
+    :param attempt_id: the attempt.
+    :param text: the spec's JSON.
+    """
+    store, key = ref.storage(), spec_key(batch, generation, attempt_id)
+    store.put(key, text.encode(), private=True)
+    return store.where(key)
+
+
+def take_spec_files(ref: TableRef, batch: BatchKey, generation: int, attempt_id: str) -> bytes | None:
+    """Remove the spec of an attempt whose spark-submit returned, and the error file its
+    driver may have left beside it; the error file's bytes (bounded), or ``None``."""
+    store, key = ref.storage(), spec_key(batch, generation, attempt_id)
+    try:
+        error: bytes | None = store.get(key + ERROR_SUFFIX, limit=bounded_json.MAX_SMALL_FILE)
+    except (OSError, ValueError):  # none, or no plain file, or out of bounds: no error to tell
+        error = None
+    for name in (key, key + ERROR_SUFFIX):
+        try:
+            store.delete(name)
+        except OSError:
+            pass
+    return error
 
 
 def remove_decided_specs(ref: TableRef, status: BatchStatus) -> list[str]:
@@ -55,7 +92,7 @@ def remove_decided_specs(ref: TableRef, status: BatchStatus) -> list[str]:
     """
     if not status.committed or status.committed_generation is None:
         return []
-    store = storage_at(ref.path)
+    store = ref.storage()
     try:
         names = store.list(_SPECS_KEY)
     except UnsafePathError as exc:

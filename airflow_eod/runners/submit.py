@@ -14,8 +14,7 @@ from airflow_eod.core.load_flow import FrozenBatch, decide_submitted
 from airflow_eod.core.result import LoadResult
 from airflow_eod.core.settle import settle_committed
 from airflow_eod.core.source import Credentials, Source
-from airflow_eod.core.spec_files import spec_path as spec_file_path
-from airflow_eod.core.storage.atomic_file import write_private
+from airflow_eod.core.spec_files import take_spec_files, write_spec
 from airflow_eod.core.table_ref import TableRef
 from airflow_eod.hooks.spark_submit import SparkSubmit
 from airflow_eod.runners.spark_master import check_master_reachable
@@ -77,8 +76,7 @@ class SubmitRun:
         # on this machine or (deploy-mode cluster) on a node of the cluster.
         # Its name says whose it is: the settle step of a committed batch removes the specs a
         # SIGKILLed task left behind (airflow_eod.core.spec_files).
-        spec_path = spec_file_path(self.table, frozen.plan.key, spec.generation, spec.attempt_id)
-        write_private(spec_path, spec.to_json())  # 0600: no other user reads what it names
+        spec_path = write_spec(self.table, frozen.plan.key, spec.generation, spec.attempt_id, spec.to_json())
         secrets: dict[str, str] = {}
         if self.credentials is not None:
             from airflow.sdk.log import mask_secret
@@ -121,18 +119,10 @@ class SubmitRun:
             submit.submit(driver.__file__, env=env)
         except Exception as exc:  # the table decides, not spark-submit's exit code
             error = exc
-        try:
-            result, status = decide_submitted(
-                self.table, frozen, spec.attempt_id, error, driver.read_error(spec_path)
-            )
-        finally:
-            # spark-submit has returned: the driver has ended (waitAppCompletion is refused
-            # off), and a retry writes a spec of its own.
-            for path in (spec_path, driver.error_path(spec_path)):
-                try:
-                    os.remove(path)
-                except OSError:
-                    pass
+        # spark-submit has returned: the driver has ended (waitAppCompletion is refused off),
+        # and a retry writes a spec of its own.
+        left = take_spec_files(self.table, frozen.plan.key, spec.generation, spec.attempt_id)
+        result, status = decide_submitted(self.table, frozen, spec.attempt_id, error, driver.error_from(left))
         self.log.info(
             "batch %s: the table holds generation %s at version %s: %s (attempt %s)",
             label,

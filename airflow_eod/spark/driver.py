@@ -18,11 +18,12 @@ import sys
 CREDENTIALS_USER_ENV = "EOD_SOURCE_USER"
 CREDENTIALS_PASSWORD_ENV = "EOD_SOURCE_PASSWORD"
 RESULT_PREFIX = "EOD_RESULT "
-ERROR_SUFFIX = ".error.json"
 
 
 def error_path(spec_path: str) -> str:
     """Where a driver that failed leaves its error, beside its spec, for the operator."""
+    from airflow_eod.core.spec_files import ERROR_SUFFIX
+
     return spec_path + ERROR_SUFFIX
 
 
@@ -60,32 +61,36 @@ def write_error(spec_path: str, exc: BaseException, batch: str | None = None) ->
         "batch": exc.batch if isinstance(exc, BatchError) else batch,
         "cause": exc.cause if isinstance(exc, BatchError) else cause_of(exc),
     }
-    from airflow_eod.core.storage.atomic_file import write_private
+    from airflow_eod.core.storage import storage_at
 
+    directory, name = os.path.split(error_path(spec_path))
     try:
-        write_private(error_path(spec_path), json.dumps(data))
+        # Beside the spec, in the table's storage, 0600 as the spec is.
+        storage_at(directory).put(name, json.dumps(data).encode(), private=True)
     except OSError:
         pass  # the operator then reports spark-submit's own error
 
 
-def read_error(spec_path: str) -> Exception | None:
-    """The error a driver left beside ``spec_path``, rebuilt as its airflow-eod type."""
+def error_from(data: bytes | None) -> Exception | None:
+    """The error a driver left beside its spec (the file's bytes, read bounded from the
+    table's storage by the task), rebuilt as its airflow-eod type; ``None`` for none."""
     from airflow_eod.core import bounded_json, errors
 
+    if data is None:
+        return None
     try:
-        # Beside the table's files: bounded like everything else read from there.
-        data = bounded_json.read(error_path(spec_path))
-    except (OSError, ValueError):
+        parsed = bounded_json.loads(data)
+    except ValueError:
         return None
-    if not isinstance(data, dict):
+    if not isinstance(parsed, dict):
         return None
-    cls = getattr(errors, str(data.get("type")), None)
-    cause = str(data.get("cause", ""))
+    cls = getattr(errors, str(parsed.get("type")), None)
+    cause = str(parsed.get("cause", ""))
     if isinstance(cls, type) and issubclass(cls, errors.BatchError):
-        return cls(data.get("batch"), cause)
+        return cls(parsed.get("batch"), cause)
     if isinstance(cls, type) and issubclass(cls, errors.EodError):
         return cls(cause)
-    return errors.BatchError(data.get("batch"), f"{data.get('type')}: {cause}")
+    return errors.BatchError(parsed.get("batch"), f"{parsed.get('type')}: {cause}")
 
 
 def main(argv: list[str] | None = None) -> int:

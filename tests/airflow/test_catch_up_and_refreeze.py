@@ -467,6 +467,7 @@ def test_decided_specs_go_and_every_other_file_stays(tmp_path: Any) -> None:
     newer = spec_path(TableRef.parse(table), batch, 2, "attempt2")
     theirs = spec_path(TableRef.parse(table), other, 0, "attempt3")
     outside = str(tmp_path / "outside.json")
+    os.makedirs(os.path.dirname(old))
     for path in (old, mine, newer, theirs, old + ".error.json", outside):
         with open(path, "w") as fh:
             fh.write("{}")

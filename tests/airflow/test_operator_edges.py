@@ -27,7 +27,7 @@ from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
 from airflow_eod.sources.landing_files import LandingFilesSource
-from airflow_eod.spark.driver import read_error, write_error
+from airflow_eod.spark.driver import error_from, error_path, write_error
 from airflow_eod.spark.load_job import run_load
 from tests.conftest import REPO
 from tests.support.helpers import check, plan_for, spec_for
@@ -202,7 +202,8 @@ def test_a_driver_whose_context_stopped_reports_batch_and_cause(tmp_path: Any) -
         "methods on a stopped SparkContext.\n\tat org.apache.spark.SparkContext.assertNotStopped"
     )
     write_error(spec, stopped, "p/k-1")
-    error = read_error(spec)
+    with open(error_path(spec), "rb") as fh:
+        error = error_from(fh.read())
     assert isinstance(error, BatchError) and error.retryable
     assert str(error).startswith("batch p/k-1: Py4JJavaError: the driver's SparkContext was stopped")
     assert "All masters are unresponsive" in str(error) and "nothing was committed" in str(error)

@@ -27,7 +27,7 @@ from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.planner import plan_interval_batch
 from airflow_eod.core.source import Credentials, ReadContext
-from airflow_eod.core.storage import atomic_file
+from airflow_eod.core.storage import LocalStorage
 from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
@@ -260,7 +260,7 @@ def test_put_if_absent_fsyncs_the_directory_after_the_link(tmp_path: Any, monkey
     monkeypatch.setattr(os, "link", spy_link)
     monkeypatch.setattr(os, "fsync", spy_fsync)
 
-    assert atomic_file.put_if_absent(str(directory / "a.json"), "{}") is True
+    assert LocalStorage(root=str(directory)).put_if_absent("a.json", b"{}") is True
     link = events.index(("link", "a.json"))
     assert ("fsync", "file") in events[:link], "the content is flushed before the link"
     leaf = f"dir:{directory.relative_to(tmp_path.parent)}"
@@ -271,7 +271,7 @@ def test_put_if_absent_fsyncs_the_directory_after_the_link(tmp_path: Any, monkey
     assert [n for n in os.listdir(directory)] == ["a.json"], "no temporary file is left"
 
     events.clear()
-    assert atomic_file.put_if_absent(str(directory / "a.json"), "[]") is False
+    assert LocalStorage(root=str(directory)).put_if_absent("a.json", b"[]") is False
     assert (directory / "a.json").read_text() == "{}"
     assert os.listdir(directory) == ["a.json"]
 

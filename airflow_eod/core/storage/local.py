@@ -232,24 +232,3 @@ def fsync_directory(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def write_private(path: str, text: str) -> None:
-    """Write ``text`` at ``path`` readable and writable by this user only (0600), never
-    through a link planted at ``path``: a submit spec names the source's database and the
-    table's layout, and the directory it sits in may be shared with other teams."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # a file that was there keeps its old mode otherwise
-        with os.fdopen(fd, "w") as fh:
-            fd = -1
-            fh.write(text)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-
-
-def put_if_absent(path: str, text: str) -> bool:
-    """Write ``text`` at the local ``path`` unless something is there; True if this call wrote it."""
-    directory, name = os.path.split(path)
-    return LocalStorage(root=directory).put_if_absent(name, text.encode())
