@@ -20,9 +20,11 @@ Layout, under ``<table>/_eod/pipelines/<pipeline_id>/``::
     batches/<batch_key>/g<N>.<table id>.json  the durable commit record of generation N
                                  (kept by :mod:`airflow_eod.core.records.record_files`)
 
-Entries carry a checksum; an entry that does not parse or whose checksum does not match
-(hand edits, truncation) raises :class:`PlanLogError` rather than being used. Every entry is
-written once and never changed, so any reader, at any time, sees the same answer.
+Entries carry their format, the id of the attempt that wrote them and a checksum, an
+envelope the readers here take off again (entries of older releases have no attempt id); an
+entry that does not parse or whose checksum does not match (hand edits, truncation) raises
+:class:`PlanLogError` rather than being used. Every entry is written once and never
+changed, so any reader, at any time, sees the same answer.
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_eod.core import bounded_json
+from airflow_eod.core.attempt import current_attempt_id
 from airflow_eod.core.batch import BatchKey, fingerprint, validate_pipeline_id
 from airflow_eod.core.delta.binding import bound_table_id, check_table_identity
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import PlanLogError
-from airflow_eod.core.storage import storage_at
+from airflow_eod.core.storage import put_settled, storage_at
 from airflow_eod.core.table_layout import META_DIR, local_path, path_part
 
 PLAN_FORMAT = 1
@@ -156,11 +159,15 @@ class PlanLog:
         self._target_checked = True
 
     def _put_if_absent(self, path: str, body: dict[str, Any]) -> bool:
-        """Write ``body`` at ``path`` unless something is there; True if we wrote it."""
+        """Write ``body`` at ``path`` unless something is there; True if we wrote it. The
+        envelope's attempt id tells this attempt's write from another's after an unknown
+        outcome (:func:`~airflow_eod.core.storage.base.put_settled`); :meth:`_read` drops it."""
         self._check_target()
-        payload = dict(body, format=PLAN_FORMAT)
+        ident = current_attempt_id()
+        payload = dict(body, format=PLAN_FORMAT, attempt=ident)
         payload["checksum"] = fingerprint(payload)
-        return self.storage.put_if_absent(self.key_of(path), json.dumps(payload, sort_keys=True).encode())
+        data = json.dumps(payload, sort_keys=True).encode()
+        return put_settled(self.storage, self.key_of(path), data, attempt=ident)
 
     def write_entry(self, path: str, body: dict[str, Any]) -> bool:
         """Write the checksummed entry ``body`` at ``path`` (from :meth:`entry_path`, which
@@ -201,6 +208,8 @@ class PlanLog:
                 "see the runbook, 'a corrupt plan-log entry'"
             )
         payload.pop("format")
+        # Entries of releases before the attempt id have none: both read the same.
+        payload.pop("attempt", None)
         return payload
 
     def _plan_from(self, path: str, body: dict[str, Any] | None) -> Plan | None:
