@@ -173,7 +173,9 @@ def run_load(
     :param transform: a callable that overrides ``spec.transform`` (local mode only).
     :param credentials: the source's credentials (never part of ``spec``).
     """
-    with attempt(spec.try_number):  # the try the fault points read, in this process
+    # The try the fault points read and the id every body carries, in this process: a
+    # submitted driver's attempt is the one that built its spec.
+    with attempt(spec.try_number, spec.attempt_id):
         return _run_load(spark, spec, transform, credentials)
 
 

@@ -8,11 +8,11 @@ as they always were: :class:`LoadSettings` is how the task passes them, not a ne
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from airflow_eod.core.attempt import current_attempt_id
 from airflow_eod.core.delta.compat import SCHEMA_FAIL
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.options import ENGINES, SCHEMA_POLICIES, check_engine_options, choice
@@ -68,7 +68,7 @@ class LoadSpec:
     :param run_id: the Airflow run id, recorded in the manifest.
     :param try_number: the Airflow try number, recorded in the manifest.
     :param table_configuration: table properties for a table this load creates.
-    :param attempt_id: unique per attempt; generated when empty.
+    :param attempt_id: unique per attempt; the id of the attempt in progress when empty.
     :param restate: replace whatever the table holds of the batch, in the same commit.
     :param previous_generation: the generation a restatement replaces (for the manifest).
     :param schema_drift: ``fail`` or ``add_columns``.
@@ -99,7 +99,9 @@ class LoadSpec:
         if self.quarantine_table is not None and self.quarantine_table == self.table:
             raise ConfigurationError("quarantine_table_uri must be another table than table_uri")
         if not self.attempt_id:
-            self.attempt_id = uuid.uuid4().hex[:16]
+            # The id of the attempt that builds the spec (a fresh one outside any), so the
+            # manifest, the staging directory and every plan-log body carry one id.
+            self.attempt_id = current_attempt_id()
         path_part(self.attempt_id, "attempt id")  # it names the attempt's directory and spec
 
     @classmethod

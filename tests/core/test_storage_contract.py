@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_eod.core.errors import UnsafePathError
-from airflow_eod.core.storage import BoundError, LocalStorage, NotFound, Storage, object_lines
+from airflow_eod.core.storage import BoundError, LocalStorage, NotFound, Storage, object_lines, settle_put
 from airflow_eod.core.storage import local as local_backend
 
 BACKENDS: dict[str, Callable[[Any], Storage]] = {
@@ -69,6 +69,20 @@ def test_an_attempt_id_the_body_does_not_carry_is_refused(store: Storage) -> Non
     with pytest.raises(ValueError, match="attempt id"):
         store.put_if_absent("log/08.json", b"{}", attempt="a-1")
     assert store.head("log/08.json") is None
+
+
+def test_settling_an_unknown_outcome_reads_back_and_puts_again_when_nothing_landed(store: Storage) -> None:
+    """What a writer runs after :class:`UnknownOutcome` rests on the backend's ``get`` and
+    ``put_if_absent`` alone: nothing there, put again; the bytes meant, mine; others, not."""
+    mine = b'{"attempt": "a-1", "rows": 3}'
+    assert settle_put(store, "s/1.json", mine, attempt="a-1") is True  # the write never landed
+    assert store.get("s/1.json") == mine
+    assert settle_put(store, "s/1.json", mine, attempt="a-1") is True  # it landed: mine
+    assert settle_put(store, "s/1.json", b'{"attempt": "a-2", "rows": 3}', attempt="a-2") is False
+    # An object that merely starts with the bytes meant is another's (and is not read whole).
+    store.put_if_absent("s/2.json", mine + b" and more")
+    assert settle_put(store, "s/2.json", mine, attempt="a-1") is False
+    assert store.get("s/1.json") == mine
 
 
 def test_put_overwrites_and_readers_see_old_or_new_whole(store: Storage) -> None:

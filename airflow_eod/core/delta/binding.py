@@ -1,5 +1,6 @@
 """The binding of a plan log to its table: ``_eod/table.json`` holds the id of the Delta
-table whose batches the plan log describes, written once by the first commit."""
+table whose batches the plan log describes (and the id of the attempt that wrote it),
+written once by the first commit."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import json
 import os
 
 from airflow_eod.core import bounded_json
+from airflow_eod.core.attempt import current_attempt_id
 from airflow_eod.core.delta.log import read_log
 from airflow_eod.core.errors import PlanLogError, UnsupportedTableError
-from airflow_eod.core.storage import storage_at
+from airflow_eod.core.storage import put_settled, storage_at
 from airflow_eod.core.table_layout import META_DIR
 from airflow_eod.core.table_ref import TableRef
 
@@ -51,7 +53,11 @@ def check_table_identity(ref: TableRef, table_id: str | None) -> None:
     bound = bound_table_id(ref)
     if bound is None:
         if table_id is not None:
-            store.put_if_absent(_KEY, json.dumps({"table_id": table_id}).encode())
+            # The attempt id beside the table id: a write whose outcome was unknown is
+            # known for this attempt's by reading it back (readers read only table_id).
+            ident = current_attempt_id()
+            body = json.dumps({"table_id": table_id, "attempt": ident}).encode()
+            put_settled(store, _KEY, body, attempt=ident)
             check_table_identity(ref, table_id)  # a racer may have bound another id
         return
     if bound != table_id:

@@ -20,66 +20,33 @@ Layout, under ``<table>/_eod/pipelines/<pipeline_id>/``::
     batches/<batch_key>/g<N>.<table id>.json  the durable commit record of generation N
                                  (kept by :mod:`airflow_eod.core.records.record_files`)
 
-Entries carry a checksum; an entry that does not parse or whose checksum does not match
-(hand edits, truncation) raises :class:`PlanLogError` rather than being used. Every entry is
-written once and never changed, so any reader, at any time, sees the same answer.
+Entries carry their format, the id of the attempt that wrote them and a checksum, an
+envelope the readers here take off again (entries of older releases have no attempt id); an
+entry that does not parse or whose checksum does not match (hand edits, truncation) raises
+:class:`PlanLogError` rather than being used. Every entry is written once and never
+changed, so any reader, at any time, sees the same answer.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
 from airflow_eod.core import bounded_json
-from airflow_eod.core.batch import BatchKey, fingerprint, validate_pipeline_id
+from airflow_eod.core.attempt import current_attempt_id
+from airflow_eod.core.batch import fingerprint, validate_pipeline_id
 from airflow_eod.core.delta.binding import bound_table_id, check_table_identity
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import PlanLogError
+from airflow_eod.core.planlog.plan import INTERVAL, OFFSETS, PLAN_FORMAT, Plan
+from airflow_eod.core.storage import put_settled
 from airflow_eod.core.table_layout import META_DIR, path_part
 from airflow_eod.core.table_ref import TableRef
 
-PLAN_FORMAT = 1
-INTERVAL = "interval"
-OFFSETS = "offsets"
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A frozen batch plan.
-
-    :param pipeline_id: the pipeline.
-    :param batch_key: the batch key derived from the boundary.
-    :param kind: ``interval`` or ``offsets``.
-    :param boundary: the interval (``start``/``end``) or the offset range.
-    :param inputs: the frozen inputs, e.g. files with path, size and mtime.
-    :param seq: the position of an offset batch in its pipeline (``None`` for intervals).
-    :param planned_at: when the plan was first written (ISO 8601, UTC).
-    :param generation: 0 for the first load; N for the plan of the N-th restatement or
-        re-freeze.
-    :param source: what the slice was taken from (see ``identity()`` of the sources): a
-        stored plan is only ever reused by an attempt whose source is the same.
-    """
-
-    pipeline_id: str
-    batch_key: str
-    kind: str
-    boundary: dict[str, Any]
-    inputs: list[dict[str, Any]]
-    seq: int | None = None
-    planned_at: str = ""
-    generation: int = 0
-    source: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def key(self) -> BatchKey:
-        return BatchKey(self.pipeline_id, self.batch_key)
-
-    @property
-    def input_fingerprint(self) -> str:
-        return fingerprint({"boundary": self.boundary, "inputs": self.inputs})
+__all__ = ["INTERVAL", "OFFSETS", "PLAN_FORMAT", "Plan", "PlanLog", "record_name", "recorded_generations"]
 
 
 def record_name(generation: int, table_id: str) -> str:
@@ -157,11 +124,15 @@ class PlanLog:
         self._target_checked = True
 
     def _put_if_absent(self, path: str, body: dict[str, Any]) -> bool:
-        """Write ``body`` at ``path`` unless something is there; True if we wrote it."""
+        """Write ``body`` at ``path`` unless something is there; True if we wrote it. The
+        envelope's attempt id tells this attempt's write from another's after an unknown
+        outcome (:func:`~airflow_eod.core.storage.base.put_settled`); :meth:`_read` drops it."""
         self._check_target()
-        payload = dict(body, format=PLAN_FORMAT)
+        ident = current_attempt_id()
+        payload = dict(body, format=PLAN_FORMAT, attempt=ident)
         payload["checksum"] = fingerprint(payload)
-        return self.storage.put_if_absent(self.key_of(path), json.dumps(payload, sort_keys=True).encode())
+        data = json.dumps(payload, sort_keys=True).encode()
+        return put_settled(self.storage, self.key_of(path), data, attempt=ident)
 
     def write_entry(self, path: str, body: dict[str, Any]) -> bool:
         """Write the checksummed entry ``body`` at ``path`` (from :meth:`entry_path`, which
@@ -202,6 +173,8 @@ class PlanLog:
                 "see the runbook, 'a corrupt plan-log entry'"
             )
         payload.pop("format")
+        # Entries of releases before the attempt id have none: both read the same.
+        payload.pop("attempt", None)
         return payload
 
     def _plan_from(self, path: str, body: dict[str, Any] | None) -> Plan | None:

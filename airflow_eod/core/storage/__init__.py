@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
-from airflow_eod.core.storage.base import BoundError, Head, NotFound, Storage, object_lines
+from airflow_eod.core.storage.base import (
+    BoundError,
+    Head,
+    NotFound,
+    Storage,
+    UnknownOutcome,
+    object_lines,
+    put_settled,
+    settle_put,
+)
 from airflow_eod.core.storage.local import LocalStorage
 
-__all__ = ["BoundError", "Head", "LocalStorage", "NotFound", "Storage", "object_lines", "storage_at"]
+__all__ = [
+    "BoundError",
+    "Head",
+    "LocalStorage",
+    "NotFound",
+    "Storage",
+    "UnknownOutcome",
+    "object_lines",
+    "put_settled",
+    "settle_put",
+    "storage_at",
+]
 
 
 def storage_at(root: str) -> Storage:

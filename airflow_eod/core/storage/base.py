@@ -15,10 +15,21 @@ lies directly under one, as an object store's delimiter listing does.
 Put-if-absent is the primitive the protocol rests on (a Delta commit, a frozen plan, a
 claim: of two writers exactly one wins). A writer must be able to tell "I wrote it" from
 "someone else did" even when the outcome of its write is unknown (a timeout after the
-write landed, a retried request that then finds the key taken). So a writer that cares
-passes ``attempt``, an id its body carries; when the key is taken, the backend reads the
-object back and reports this attempt's write when the stored bytes are the bytes it meant
-to write (they carry the attempt id, so no other attempt wrote them).
+write landed, a retried request that then finds the key taken). So every body airflow-eod
+writes with put-if-absent carries the id of the writing attempt
+(:func:`airflow_eod.core.attempt.current_attempt_id`: a plan-log entry, a claim and a
+commit record in their envelope, the table binding beside its table id, a Delta commit in
+its manifest), and the writer passes it as ``attempt``. When the key is taken, the backend
+reads the object back and reports this attempt's write when the stored bytes are the bytes
+it meant to write (they carry the attempt id, so no other attempt wrote them).
+
+When a backend cannot tell whether a write landed, its ``put_if_absent`` raises
+:class:`UnknownOutcome`. Every writer of airflow-eod writes through :func:`put_settled`,
+which settles it once, here, with :func:`settle_put`: read the object back and compare it
+with the bytes meant (the same bytes: ours; other bytes: another attempt's; nothing: the
+write did not land, so put again). :class:`~airflow_eod.core.storage.local.LocalStorage`
+never raises it: a link is made or it is not, and a shared filesystem's lost reply after
+the link was made is read back in place.
 
 The object-store backends of the next issue implement the same six calls:
 
@@ -27,8 +38,10 @@ The object-store backends of the next issue implement the same six calls:
 - Azure Blob: ``Put Blob`` with ``If-None-Match: *`` (409 when taken).
 - GCS: an upload with ``ifGenerationMatch=0`` (412 when taken).
 
-On an unknown outcome (a timeout, a 5xx after the request may have landed), each reads the
-object back and compares, as :meth:`Storage.put_if_absent` says; the contract suite in
+On an unknown outcome (a timeout, a connection reset, a 5xx after the request may have
+landed) each raises :class:`UnknownOutcome` from ``put_if_absent`` rather than guess, and
+:func:`put_settled` settles it; on a taken key (412, 409) each reads back as
+:meth:`Storage.put_if_absent` says. The contract suite in
 ``tests/core/test_storage_contract.py`` runs unchanged against every backend.
 """
 
@@ -42,6 +55,12 @@ from typing import Protocol
 class NotFound(FileNotFoundError):
     """No object at the key (a ``FileNotFoundError``: callers that treated a missing file as
     "nothing there" treat a missing object the same way)."""
+
+
+class UnknownOutcome(OSError):
+    """A backend cannot tell whether a put-if-absent landed (a timeout, a connection reset or
+    a 5xx after the request was sent): the object may be there or not. A writer settles it
+    with :func:`settle_put` (:func:`put_settled` does), never by guessing."""
 
 
 class BoundError(ValueError):
@@ -116,6 +135,8 @@ class Storage(Protocol):
         :returns: ``True`` when the object at ``key`` is this write (this attempt's),
             ``False`` when someone else's is there.
         :raises ValueError: when ``attempt`` is given and ``data`` does not carry it.
+        :raises UnknownOutcome: when the backend cannot tell whether the write landed
+            (:func:`put_settled` settles it).
         """
         ...
 
@@ -182,3 +203,54 @@ def check_attempt(data: bytes, attempt: str | None) -> None:
     read-back can only tell this attempt's write from another's if the bytes differ."""
     if attempt is not None and (not attempt or attempt.encode() not in data):
         raise ValueError(f"the body does not carry the attempt id {attempt!r}")
+
+
+def settle_put(storage: Storage, key: str, data: bytes, *, attempt: str, puts: int = 3) -> bool:
+    """Whether the put-if-absent of ``data`` at ``key``, whose outcome is unknown, is this
+    attempt's write: read the object back and compare it with the bytes meant.
+
+    ``data`` carries the attempt id, so the same bytes at ``key`` are this attempt's write
+    (``True``) and other bytes another attempt's (``False``). Nothing at ``key``: the write did
+    not land, so it is put again (and a put whose outcome is unknown again is settled again,
+    up to ``puts`` times).
+
+    :param attempt: the id of the writing attempt, which ``data`` carries.
+    :param puts: how many times to put again while nothing is there.
+    :raises ValueError: when ``data`` does not carry ``attempt``.
+    :raises UnknownOutcome: when the outcome is still unknown after ``puts`` puts.
+    """
+    check_attempt(data, attempt)
+    again = 0
+    while True:
+        try:
+            # Bounded by the bytes meant: a larger object is not ours, and is not read whole.
+            return storage.get(key, limit=len(data)) == data
+        except NotFound:
+            if again == puts:
+                where = storage.where(key)
+                raise UnknownOutcome(f"put-if-absent of {where}: still unknown after {puts} puts") from None
+        except BoundError:
+            return False  # larger than the bytes meant, or no plain object: not this write
+        again += 1
+        try:
+            return storage.put_if_absent(key, data, attempt=attempt)
+        except UnknownOutcome:
+            continue
+
+
+def put_settled(storage: Storage, key: str, data: bytes, *, attempt: str | None) -> bool:
+    """:meth:`Storage.put_if_absent`, its unknown outcome settled: the call every put-if-absent
+    writer of airflow-eod makes.
+
+    :param attempt: the id of the writing attempt, which ``data`` carries; without one an
+        unknown outcome cannot be settled (the same bytes could be another writer's) and
+        :class:`UnknownOutcome` stands.
+    :returns: ``True`` when the object at ``key`` is this attempt's write, ``False`` when it
+        is someone else's.
+    """
+    try:
+        return storage.put_if_absent(key, data, attempt=attempt)
+    except UnknownOutcome:
+        if attempt is None:
+            raise
+        return settle_put(storage, key, data, attempt=attempt)
