@@ -2,22 +2,30 @@
 
 Every JSON commit still in the log (adds with their ``dataChange`` and row counts, removes,
 ``txn`` markers, manifests, operations and their metrics, deletion vectors) and the markers
-of the newest complete checkpoint: :class:`LogFacts`.
+of the newest complete checkpoint: :class:`LogFacts`. The log is listed and read only through
+the table's storage (:meth:`~airflow_eod.core.table_ref.TableRef.storage`): commits line by
+line in ranges, each line bounded, and checkpoints as seekable objects (their footer, then
+the ``txn`` column), so a link, a FIFO or a device in the log is refused unread.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+import pyarrow.parquet as pq
+
 from airflow_eod.core import bounded_json
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.delta.log import open_checkpoint
+from airflow_eod.core.delta.reading import LOG_DIR
 from airflow_eod.core.errors import CorruptTableError
 from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.storage import BoundError, NotFound, Storage, object_lines
+from airflow_eod.core.storage.object_file import open_object
 from airflow_eod.core.table_ref import TableRef
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
@@ -88,7 +96,24 @@ def _parts(name: str) -> int:
     return int(m.group(3)) if m and m.group(3) else 1
 
 
-def _checkpoint_markers(log_dir: str, names: list[str], version: int, out: LogFacts) -> None:
+def _open_checkpoint(ref: TableRef, store: Storage, name: str) -> pq.ParquetFile:
+    """The checkpoint file ``name`` of the log, as a seekable object of ``store``: never
+    through a link, never a FIFO or device (refused, unread, as a corrupt table).
+
+    :raises NotFound: when it is gone (a log cleanup removed it since it was listed).
+    """
+    key, path = f"{LOG_DIR}/{name}", os.path.join(ref.path, LOG_DIR, name)
+    try:
+        store.get_range(key, 0, 0)  # refused here, unread, when it is no plain object
+        head = store.head(key)
+        if head is None:
+            raise NotFound(errno.ENOENT, "no checkpoint file", path)
+        return pq.ParquetFile(open_object(store, key, head.size))
+    except BoundError as exc:
+        raise CorruptTableError(ref.path, path, str(exc)) from None
+
+
+def _checkpoint_markers(ref: TableRef, store: Storage, names: list[str], version: int, out: LogFacts) -> None:
     parts: dict[int, list[str]] = {}
     for n in names:
         if (m := _CHECKPOINT.match(n)) and int(m.group(1)) <= version:
@@ -99,39 +124,42 @@ def _checkpoint_markers(log_dir: str, names: list[str], version: int, out: LogFa
         return
     out.checkpoint = max(complete)
     for n in parts[out.checkpoint]:
-        for t in open_checkpoint(os.path.join(log_dir, n)).read(columns=["txn"]).column("txn").to_pylist():
+        for t in _open_checkpoint(ref, store, n).read(columns=["txn"]).column("txn").to_pylist():
             if t:
                 if not isinstance(t.get("appId"), str) or type(t.get("version")) is not int:
                     why = "has a txn marker without a string appId and an integer version"
-                    raise CorruptTableError(os.path.dirname(log_dir), os.path.join(log_dir, n), why)
+                    raise CorruptTableError(ref.path, os.path.join(ref.path, LOG_DIR, n), why)
                 out.markers[t["appId"]] = (t["version"], t.get("lastUpdated"))
 
 
 def read_log_facts(ref: TableRef, version: int) -> LogFacts:
-    """The facts of the table at ``table_path`` up to ``version`` (later commits are ignored,
-    so that they agree with a snapshot read at ``version``).
+    """The facts of the table ``ref`` up to ``version`` (later commits are ignored, so that
+    they agree with a snapshot read at ``version``).
 
     :param ref: the table.
     :param version: the table version the audit reads.
     """
-    table_path = ref.path
-    log_dir, out = os.path.join(table_path, "_delta_log"), LogFacts()
-    names = os.listdir(log_dir)
-    _checkpoint_markers(log_dir, names, version, out)
+    table_path, store, out = ref.path, ref.storage(), LogFacts()
+    names = store.list(LOG_DIR)
+    _checkpoint_markers(ref, store, names, version, out)
     for v in sorted(int(n[:20]) for n in names if _COMMIT.match(n) and int(n[:20]) <= version):
-        path = os.path.join(log_dir, f"{v:020d}.json")
+        name = f"{v:020d}.json"
         try:
-            _commit_facts(v, _commit_actions(path), out)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # ValueError: JsonBoundError too
+            _commit_facts(v, _commit_actions(store, f"{LOG_DIR}/{name}"), out)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # ValueError: BoundError too
             why = f"is not a Delta commit ({type(exc).__name__}: {exc})"
-            raise CorruptTableError(table_path, path, why) from None
+            raise CorruptTableError(table_path, os.path.join(table_path, LOG_DIR, name), why) from None
     return out
 
 
-def _commit_actions(path: str) -> list[dict[str, Any]]:
-    """Every action of the commit at ``path``, each line bounded (see bounded_json)."""
-    with bounded_json.open_regular(path) as fh:
-        actions = [bounded_json.loads(line) for line in bounded_json.json_lines(fh) if line.strip()]
+def _commit_actions(store: Storage, key: str) -> list[dict[str, Any]]:
+    """Every action of the commit at ``key``, read in ranges up to its size when looked at,
+    each line bounded (see bounded_json); a link, a FIFO or a device is refused unread."""
+    head = store.head(key)
+    # Size 0 (or gone since listed): object_lines still asks the storage, which refuses a
+    # FIFO, or raises NotFound.
+    lines = object_lines(store, key, head.size if head else 0, limit=bounded_json.MAX_ACTION_LINE)
+    actions = [bounded_json.loads(line) for line in lines if line.strip()]
     if not all(isinstance(a, dict) for a in actions):
         raise TypeError("an action is not a JSON object")
     return actions

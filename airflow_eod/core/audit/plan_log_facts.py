@@ -1,4 +1,10 @@
-"""Every commit record and plan in a table's plan log, and the entries that do not read."""
+"""Every commit record and plan in a table's plan log, and the entries that do not read.
+
+The plan log is listed and read only through the table's storage
+(:meth:`~airflow_eod.core.table_ref.TableRef.storage`, :meth:`PlanLog.names`): a folder is a
+prefix with entries under it, and a link on the way that leads out of the table is refused
+(and reported) before anything under it is read.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,8 @@ from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.errors import EodError, UnsafePathError
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.records.record_files import RecordStore
-from airflow_eod.core.table_layout import META_DIR, path_part
+from airflow_eod.core.storage import Storage
+from airflow_eod.core.table_layout import path_part
 from airflow_eod.core.table_ref import TableRef
 
 _PLAN = re.compile(r"^(.+?)(?:\.g(\d+))?\.json$")
@@ -50,11 +57,11 @@ def _records(plan_log: PlanLog, ref: TableRef, table_id: str, out: PlanLogFacts)
         return
     for key in keys:
         try:
-            folder = records.record_dir(key)
-        except UnsafePathError as exc:  # a link leading out of the table
+            records.record_dir(key)  # refused when a link on the way leads out of the table
+        except UnsafePathError as exc:
             out.unreadable.append((os.path.relpath(plan_log.root, table_path), str(exc)))
             continue
-        names = os.listdir(folder) if os.path.isdir(folder) else []
+        names = plan_log.names("batches", key)
         gens = [n[1 : -len(suffix)] for n in names if n.startswith("g") and n.endswith(suffix)]
         for gen in sorted(int(g) for g in gens if g.isdigit()):
             where = os.path.relpath(records.commit_record_path(key, gen, table_id), table_path)
@@ -80,7 +87,12 @@ def _plans(plan_log: PlanLog, ref: TableRef, out: PlanLogFacts) -> None:
     table_path = ref.path
     for sub in ("offsets", "intervals"):
         folder = os.path.join(plan_log.root, sub)
-        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        try:
+            names = plan_log.names(sub)
+        except UnsafePathError as exc:  # a link leading out of the table: nothing under it is read
+            out.unreadable.append((os.path.relpath(folder, table_path), str(exc)))
+            continue
+        for name in names:
             m = _PLAN.match(name)
             if m is None or (sub == "offsets" and not m.group(1).isdigit()):
                 continue
@@ -98,17 +110,34 @@ def _plans(plan_log: PlanLog, ref: TableRef, out: PlanLogFacts) -> None:
                 out.plans[batch] = plan
 
 
+def is_folder(store: Storage, key: str) -> bool:
+    """Whether ``key`` is a folder of the plan log: a prefix with entries under it, or a link
+    there that leads out of the table (the plan log's own readers refuse it, and the audit
+    reports what they refused). A file, a FIFO or an empty folder is none.
+
+    :param store: the table's storage.
+    :param key: the folder's key.
+    """
+    try:
+        return bool(store.list(key))
+    except UnsafePathError:
+        return True
+
+
 def read_plan_log_facts(ref: TableRef, table_id: str) -> PlanLogFacts:
     """Every record (of table ``table_id``) and plan of every pipeline of the table.
 
     :param ref: the table.
     :param table_id: the table's ``metaData.id``.
     """
-    table_path = ref.path
-    out = PlanLogFacts()
-    root = os.path.join(table_path, META_DIR, "pipelines")
-    for pipeline in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-        if not os.path.isdir(os.path.join(root, pipeline)):
+    out, store = PlanLogFacts(), ref.storage()
+    try:
+        pipelines = store.list(ref.plan_logs_key)
+    except UnsafePathError as exc:  # _eod or its pipelines/ is a link leading out: nothing there is read
+        out.unreadable.append((ref.plan_logs_key, str(exc)))
+        return out
+    for pipeline in pipelines:
+        if not is_folder(store, f"{ref.plan_logs_key}/{pipeline}"):
             continue  # a file someone left there: no pipeline
         try:
             plan_log = PlanLog(ref, pipeline)

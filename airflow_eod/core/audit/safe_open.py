@@ -4,6 +4,11 @@ The audit opens a data file only for the Parquet footer of a file without statis
 the bytes of files it suspects to be copies, and only through :func:`open_in_table`, which
 follows no link and opens nothing but a regular file under the table's directory (a live
 file that is a link to ``/dev/zero`` would otherwise be hashed forever).
+
+This is the one door through which the audit reads data files: they are Spark's (or
+another writer's) bytes, not airflow-eod's own, so they stay off the storage seam that the
+audit reads the log and the plan log through, and an object-store backend will serve this
+door with a ranged get (issue 21).
 """
 
 from __future__ import annotations

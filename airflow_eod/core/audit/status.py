@@ -1,13 +1,17 @@
-"""A per-pipeline summary of what a table holds, for the ``airflow-eod status`` command."""
+"""A per-pipeline summary of what a table holds, for the ``airflow-eod status`` command.
+
+The plan log is listed only through the table's storage (:meth:`PlanLog.names`): a
+pipeline's folder, or a batch's, is a prefix with entries under it.
+"""
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from airflow_eod.core.ask import BatchStatus, ask_table
+from airflow_eod.core.audit.plan_log_facts import is_folder
 from airflow_eod.core.batch import BatchKey, validate_pipeline_id
 from airflow_eod.core.delta.log import TableLog
 from airflow_eod.core.delta.table import open_table
@@ -15,7 +19,6 @@ from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.records.record_files import RecordStore
-from airflow_eod.core.table_layout import META_DIR, under
 from airflow_eod.core.table_ref import TableRef
 
 
@@ -66,19 +69,16 @@ class PipelineSummary:
 
 def _known_keys(ref: TableRef) -> dict[str, set[str]]:
     """Per pipeline, every batch key the plan log planned or recorded as committed."""
-    root = os.path.join(ref.path, META_DIR, "pipelines")
-    found: dict[str, set[str]] = {}
-    for pipeline in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    store, found = ref.storage(), dict[str, set[str]]()
+    for pipeline in store.list(ref.plan_logs_key):
         # A Finder .DS_Store, a directory copied aside ("old backup"): no pipeline of the
         # table, passed over as ask and verify pass over them.
-        if not _is_pipeline_id(pipeline) or not os.path.isdir(os.path.join(root, pipeline)):
+        if not _is_pipeline_id(pipeline) or not is_folder(store, f"{ref.plan_logs_key}/{pipeline}"):
             continue
         log = PlanLog(ref, pipeline)
         newest = log.newest_offset_seq()
         keys = {log.get_offset_plan(s).batch_key for s in range(newest + 1 if newest is not None else 0)}
-        idir = under(log.table_path, META_DIR, "pipelines", pipeline, "intervals")
-        if os.path.isdir(idir):
-            keys |= {n[:-5] for n in os.listdir(idir) if n.endswith(".json") and ".g" not in n}
+        keys |= {n[:-5] for n in log.names("intervals") if n.endswith(".json") and ".g" not in n}
         keys |= set(RecordStore(plan_log=log).recorded_batches())
         found[pipeline] = keys
     return found
@@ -146,10 +146,10 @@ def batch_known(table: TableLog | None, batch: BatchKey, status: BatchStatus) ->
     ref = table.ref if table is not None else None
     if ref is None:
         return False, False
-    log = PlanLog(ref, batch.pipeline_id)
-    if not os.path.isdir(log.root):
+    log, folder = PlanLog(ref, batch.pipeline_id), ref.plan_log_key(batch.pipeline_id)
+    if not is_folder(log.storage, folder):
         return False, False
-    if os.path.isdir(os.path.join(log.root, "batches", batch.key)):
+    if is_folder(log.storage, f"{folder}/batches/{batch.key}"):
         return True, True
     if batch.key.startswith("o-") and not _OFFSET_KEY.match(batch.key):
         return True, False  # an offset key without its sequence number: never planned
