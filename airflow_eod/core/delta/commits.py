@@ -10,7 +10,7 @@ from typing import Any
 from airflow_eod.core import bounded_json
 from airflow_eod.core.delta.reading import LOG_DIR
 from airflow_eod.core.errors import CorruptTableError
-from airflow_eod.core.storage import storage_at
+from airflow_eod.core.storage import Storage, storage_at
 
 _ACTION_BYTES = re.compile(rb'^\s*\{\s*"(\w+)"')
 
@@ -32,16 +32,22 @@ def commit_exists(table_path: str, version: int) -> bool:
     return storage_at(table_path).head(f"{LOG_DIR}/{version:020d}.json") is not None
 
 
-def read_commit_actions(table_path: str, version: int, wanted: set[str]) -> list[dict[str, Any]] | None:
+def read_commit_actions(
+    table_path: str, version: int, wanted: set[str], *, store: Storage | None = None
+) -> list[dict[str, Any]] | None:
     """The actions named in ``wanted`` of commit ``version`` (others are not parsed), or
     ``None`` when the commit file is gone.
+
+    :param store: the table's storage, when the caller reads several commits in one reading
+        (the log's tail): one storage for the whole reading checks the way to ``_delta_log/``
+        once, not once per commit.
 
     :raises CorruptTableError: when the commit is not a regular file, has a line longer than
         :data:`~airflow_eod.core.bounded_json.MAX_ACTION_LINE`, or a wanted action that is
         not a bounded JSON object.
     """
     path = commit_path(table_path, version)
-    store, key = storage_at(table_path), f"{LOG_DIR}/{version:020d}.json"
+    store, key = store or storage_at(table_path), f"{LOG_DIR}/{version:020d}.json"
     head = store.head(key)
     if head is None:
         return None
