@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, BinaryIO
 
 from airflow_eod.core import bounded_json
 from airflow_eod.core.delta.reading import LOG_DIR
@@ -48,20 +48,26 @@ def read_commit_actions(
     """
     path = commit_path(table_path, version)
     store, key = store or storage_at(table_path), f"{LOG_DIR}/{version:020d}.json"
-    head = store.head(key)
-    if head is None:
-        return None
+    fh: BinaryIO | None = None
     try:
+        # The bounded get first, and a head only when it refuses: nearly every commit is small,
+        # and a head before each get cost the ask a stat and a key check per commit read.
+        data = store.get(key, limit=_WHOLE_COMMIT)
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # not written yet, or removed by a log cleanup
+    except bounded_json.JsonBoundError as exc:
+        head = store.head(key)
+        if head is None:
+            return None  # removed since it was seen (a log cleanup)
         if head.size <= _WHOLE_COMMIT:
-            data = store.get(key, limit=_WHOLE_COMMIT)
-            fh = None
-        else:
+            raise CorruptTableError(table_path, path, str(exc)) from None  # a link, a FIFO, a device
+        try:
             # Too large to hold whole: read line by line, each line bounded.
             fh = bounded_json.open_regular(path)
-    except FileNotFoundError:
-        return None  # removed since it was seen (a log cleanup)
-    except bounded_json.JsonBoundError as exc:
-        raise CorruptTableError(table_path, path, str(exc)) from None
+        except FileNotFoundError:
+            return None
+        except bounded_json.JsonBoundError as exc:
+            raise CorruptTableError(table_path, path, str(exc)) from None
     if fh is None:
         # Most commits of a loaded table are a batch's adds and its marker: only lines that
         # can hold a wanted action are split out and matched (bytes: no decoding).
