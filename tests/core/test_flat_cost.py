@@ -394,3 +394,57 @@ def test_the_newest_offset_plan_is_found_in_log_probes_without_a_loaded_index(
     monkeypatch.setattr(log.storage, "head", real_head)
     assert found == (planned - 1 if planned else None)
     assert len(probes) <= 2 * math.log2(planned + 2) + 2, len(probes)
+
+
+def test_a_reading_of_many_commits_checks_the_way_to_the_log_once_and_reads_each_by_its_size(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20's ask cost: a reading of the log's tail built one storage per commit (each
+    checking ``_delta_log`` for a link again), looked at each commit before reading it, and
+    read each into a buffer of the 16 MB bound. One storage per reading, the bounded get
+    first, and reads sized by the file: counted, not timed."""
+    from deltalake import write_deltalake
+
+    from airflow_eod.core.storage import local
+
+    table = str(tmp_path / "table")
+    for n in range(15):  # delta-rs checkpoints every 100 commits: a reading of 15 commits
+        write_deltalake(table, pa.table({"seq": pa.array([n], pa.int64())}), mode="append")
+    log_dir, commit0 = os.path.join(table, "_delta_log"), delta_log.commit_path(TableRef.parse(table), 0)
+    looked: Counter[str] = Counter()
+    asked: list[int] = []
+    real_lstat, real_open = os.lstat, local.open_regular
+
+    def lstat(path: Any, *args: Any, **kw: Any) -> Any:
+        looked["log dir" if path == log_dir else "commit 0" if path == commit0 else "other"] += 1
+        return real_lstat(path, *args, **kw)
+
+    class Recording:
+        def __init__(self, path: str) -> None:
+            self._fh = real_open(path)
+
+        def __enter__(self) -> Recording:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self._fh.close()
+
+        def fileno(self) -> int:
+            return self._fh.fileno()
+
+        def read(self, n: int = -1) -> bytes:
+            asked.append(n)
+            return self._fh.read(n)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(local, "open_regular", Recording)
+    delta_log.clear_cache()
+    reading = open_table(TableRef.parse(table))
+    monkeypatch.undo()
+    assert reading is not None and reading.version() == 14 and reading.stats.commits_read == 15
+    # A fixed few (open_table's check, the reading's storage, its head of the log, its listing
+    # for a checkpoint, its signature), whatever the number of commits read.
+    assert looked["log dir"] <= 5, looked
+    assert looked["commit 0"] == 0, "a commit was looked at (head) before its bounded get"
+    largest = max(os.path.getsize(os.path.join(log_dir, n)) for n in os.listdir(log_dir))
+    assert asked and max(asked) <= largest + 1, f"a read asked for {max(asked)} bytes"

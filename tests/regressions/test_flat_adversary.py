@@ -119,11 +119,11 @@ def test_a_checkpoint_and_cleanup_between_two_probes_do_not_land_a_commit_in_the
     real = delta_log.read_commit_actions
     fired: list[int] = []
 
-    def probe(table_path: str, version: int, wanted: set[str]) -> Any:
+    def probe(table_path: str, version: int, wanted: set[str], **kw: Any) -> Any:
         if version == 13 and not fired:
             # Pipeline B lands version 20, checkpoints it and cleans up, between our probes.
             fired.append(_other_pipeline_commits(table, str(tmp_path / "landing-b")))
-        return real(table_path, version, wanted)
+        return real(table_path, version, wanted, **kw)
 
     monkeypatch.setattr(delta_log, "read_commit_actions", probe)
     delta_log.clear_cache()  # a fresh task process

@@ -16,7 +16,7 @@ from airflow_eod.core import bounded_json
 from airflow_eod.core.delta.reading import LOG_DIR, LogReadStats, Unreadable, log_key, log_storage
 from airflow_eod.core.durations import parse_interval
 from airflow_eod.core.errors import ConfigurationError, CorruptTableError
-from airflow_eod.core.storage import NotFound
+from airflow_eod.core.storage import NotFound, Storage
 from airflow_eod.core.storage.object_file import open_object
 from airflow_eod.core.table_ref import TableRef
 
@@ -63,9 +63,12 @@ def newest_checkpoint(
     return hint
 
 
-def present(log_dir: str, files: list[str]) -> bool:
-    """Whether every file of a checkpoint (``files``, from :func:`checkpoint_files`) is there."""
-    store = log_storage(log_dir)
+def present(log_dir: str, files: list[str], *, store: Storage | None = None) -> bool:
+    """Whether every file of a checkpoint (``files``, from :func:`checkpoint_files`) is there.
+
+    :param store: the table's storage, when the caller holds one for its whole reading.
+    """
+    store = store or log_storage(log_dir)
     return all(store.head(log_key(f)) is not None for f in files)
 
 
@@ -78,17 +81,19 @@ def checkpoint_files(log_dir: str, version: int, parts: int | None) -> list[str]
     ]
 
 
-def last_checkpoint(log_dir: str) -> tuple[int, int | None] | None:
+def last_checkpoint(log_dir: str, *, store: Storage | None = None) -> tuple[int, int | None] | None:
     """``(version, parts)`` of ``_last_checkpoint``; ``None`` when there is none or it is not
     JSON (a write cut short: Delta's readers list the log then, and so does this one).
 
     :raises CorruptTableError: when it is JSON no writer makes: not an object, no integer
         version, a parts count that is not an integer in 1..:data:`MAX_CHECKPOINT_PARTS`,
         out of bounds (size, nesting, ``NaN``/``Infinity``), or not a regular file.
+    :param store: the table's storage, when the caller holds one for its whole reading.
     """
     path = os.path.join(log_dir, "_last_checkpoint")
+    store = store or log_storage(log_dir)
     try:
-        body = bounded_json.loads(log_storage(log_dir).get(log_key(path), limit=bounded_json.MAX_SMALL_FILE))
+        body = bounded_json.loads(store.get(log_key(path), limit=bounded_json.MAX_SMALL_FILE))
     except (FileNotFoundError, NotADirectoryError):  # NotADirectory: the table path is a file
         return None
     except bounded_json.JsonBoundError as exc:

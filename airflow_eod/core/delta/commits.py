@@ -11,7 +11,7 @@ from airflow_eod.core import bounded_json
 from airflow_eod.core.bounded_json import MAX_ACTION_LINE
 from airflow_eod.core.delta.reading import LOG_DIR
 from airflow_eod.core.errors import CorruptTableError
-from airflow_eod.core.storage import object_lines, storage_at
+from airflow_eod.core.storage import Storage, object_lines, storage_at
 from airflow_eod.core.table_ref import TableRef
 
 _ACTION_BYTES = re.compile(rb'^\s*\{\s*"(\w+)"')
@@ -36,9 +36,16 @@ def commit_exists(ref: TableRef, version: int) -> bool:
     return storage_at(table_path).head(f"{LOG_DIR}/{version:020d}.json") is not None
 
 
-def read_commit_actions(ref: TableRef, version: int, wanted: set[str]) -> list[dict[str, Any]] | None:
+def read_commit_actions(
+    ref: TableRef, version: int, wanted: set[str], *, store: Storage | None = None
+) -> list[dict[str, Any]] | None:
     """The actions named in ``wanted`` of commit ``version`` (others are not parsed), or
     ``None`` when the commit file is gone.
+
+    :param ref: the table.
+    :param store: the table's storage, when the caller reads several commits in one reading
+        (the log's tail): one storage for the whole reading checks the way to ``_delta_log/``
+        once, not once per commit.
 
     :raises CorruptTableError: when the commit is not a regular file, has a line longer than
         :data:`~airflow_eod.core.bounded_json.MAX_ACTION_LINE`, or a wanted action that is
@@ -46,24 +53,31 @@ def read_commit_actions(ref: TableRef, version: int, wanted: set[str]) -> list[d
     """
     table_path = ref.path
     path = commit_path(ref, version)
-    store, key = storage_at(table_path), f"{LOG_DIR}/{version:020d}.json"
-    head = store.head(key)
-    if head is None:
-        return None
+    store, key = store or ref.storage(), f"{LOG_DIR}/{version:020d}.json"
     try:
-        if head.size <= _WHOLE_COMMIT:
-            data = store.get(key, limit=_WHOLE_COMMIT)
-            # Most commits of a loaded table are a batch's adds and its marker: only lines
-            # that can hold a wanted action are split out and matched (bytes: no decoding).
-            if not any(b'"' + name.encode() + b'"' in data for name in wanted):
-                return []
-            return _wanted_actions(ref, path, data.splitlines(), wanted)
-        # Too large to hold whole: read in ranges, line by line, each line bounded.
-        return _wanted_actions(ref, path, object_lines(store, key, head.size, limit=MAX_ACTION_LINE), wanted)
-    except FileNotFoundError:
-        return None  # removed since it was seen (a log cleanup)
+        # The bounded get first, and a head only when it refuses: nearly every commit is small,
+        # and a head before each get cost the ask a stat and a key check per commit read.
+        data = store.get(key, limit=_WHOLE_COMMIT)
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # not written yet, or removed by a log cleanup
     except bounded_json.JsonBoundError as exc:
-        raise CorruptTableError(table_path, path, str(exc)) from None
+        head = store.head(key)
+        if head is None:
+            return None  # removed since it was seen (a log cleanup)
+        if head.size <= _WHOLE_COMMIT:
+            raise CorruptTableError(table_path, path, str(exc)) from None  # a link, a FIFO, a device
+        try:
+            # Too large to hold whole: read in ranges, line by line, each line bounded.
+            return _wanted_actions(
+                ref, path, object_lines(store, key, head.size, limit=MAX_ACTION_LINE), wanted
+            )
+        except FileNotFoundError:
+            return None  # removed while it was read (a log cleanup)
+    # Most commits of a loaded table are a batch's adds and its marker: only lines that can
+    # hold a wanted action are split out and matched (bytes: no decoding).
+    if not any(b'"' + name.encode() + b'"' in data for name in wanted):
+        return []
+    return _wanted_actions(ref, path, data.splitlines(), wanted)
 
 
 def _wanted_actions(

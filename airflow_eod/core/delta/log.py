@@ -67,7 +67,7 @@ from airflow_eod.core.delta.reading import (
 )
 from airflow_eod.core.delta.snapshot import Markers, TableLog, TableMarkers
 from airflow_eod.core.errors import CorruptTableError, EodError, UnsupportedTableError
-from airflow_eod.core.storage import object_lines, storage_at
+from airflow_eod.core.storage import Storage, object_lines, storage_at
 from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,9 @@ log = logging.getLogger(__name__)
 _WANTED = {"txn", "metaData", "protocol"}
 
 
-def _complete(log_dir: str, version: int, newest_read: str | None, configuration: dict[str, str]) -> bool:
+def _complete(
+    log_dir: str, version: int, newest_read: str | None, configuration: dict[str, str], store: Storage
+) -> bool:
     """Whether a reading that found commits up to ``version`` (and ``<version+1>.json``
     missing) saw the table's newest version.
 
@@ -87,10 +89,13 @@ def _complete(log_dir: str, version: int, newest_read: str | None, configuration
     (``newest_read``) is too young for any cleanup to have removed the one after it, the
     log is listed too: a cost only tables idle for half their log retention pay.
     """
-    hint = last_checkpoint(log_dir)
-    if hint is not None and hint[0] > version and present(log_dir, checkpoint_files(log_dir, *hint)):
+    hint = last_checkpoint(log_dir, store=store)
+    if (
+        hint is not None
+        and hint[0] > version
+        and present(log_dir, checkpoint_files(log_dir, *hint), store=store)
+    ):
         return False
-    store = log_storage(log_dir)
     head = store.head(log_key(newest_read)) if newest_read else None
     written = head.mtime if head is not None else 0.0
     if young(written, configuration):
@@ -160,14 +165,14 @@ def read_log(ref: TableRef) -> TableLog | None:
     return table
 
 
-def _signature(table: TableLog) -> str | None:
+def _signature(table: TableLog, store: Storage | None = None) -> str | None:
     """What identifies the newest file the reading rests on: a table deleted and re-created
     at the same path has other files there."""
     if table.table_version > table.checkpoint_version:
         path = commit_path(table.ref, table.table_version)
     else:
         path = checkpoint_files(os.path.join(table.path, LOG_DIR), table.checkpoint_version, None)[0]
-    head = storage_at(table.path).head(log_key(path))
+    head = (store or storage_at(table.path)).head(log_key(path))
     return None if head is None else head.tag
 
 
@@ -183,24 +188,31 @@ def _extend(cached: TableLog, signature: str) -> TableLog | None:
     """``cached`` plus the commits after it, or ``None`` when it cannot be trusted any more:
     its newest file changed (the table was re-created) or a newer checkpoint exists (log
     cleanup may have removed commits after it)."""
-    hint = last_checkpoint(os.path.join(cached.path, LOG_DIR))
+    # One storage for the whole reading: the way to ``_delta_log/`` is checked for links
+    # once (as the reading's first step), not by every file it opens (issue 20's ask cost).
+    store = storage_at(cached.path)
+    hint = last_checkpoint(os.path.join(cached.path, LOG_DIR), store=store)
     if (hint[0] if hint is not None else -1) != cached.checkpoint_version:
         return None
-    if _signature(cached) != signature:
+    if _signature(cached, store) != signature:
         return None
     stats = LogReadStats()
     tail = dict(cached._tail_markers)
     state: dict[str, Any] = {}
     version = cached.table_version
     started = time.time()
-    version = _read_tail(cached.ref, version, tail, state, stats)
+    version = _read_tail(cached.ref, version, tail, state, stats, store)
     meta, proto = cached.metadata(), cached.protocol()
     if "metaData" in state:
         meta = checked_metadata(cached.ref, state["metaData"])
     if "protocol" in state:
         proto = checked_protocol(cached.ref, state["protocol"])
     if not _complete(
-        os.path.join(cached.path, LOG_DIR), version, commit_path(cached.ref, version), meta.configuration
+        os.path.join(cached.path, LOG_DIR),
+        version,
+        commit_path(cached.ref, version),
+        meta.configuration,
+        store,
     ):
         return None
     table = TableLog(
@@ -226,12 +238,13 @@ def _read_tail(
     tail: dict[str, tuple[int, int]],
     state: dict[str, Any],
     stats: LogReadStats,
+    store: Storage,
 ) -> int:
     """Read the commits after ``version`` into ``tail`` (app id -> (marker, commit version))
     and ``state`` (the newest ``metaData``/``protocol``); the newest version found."""
     table_path = ref.path
     while True:
-        actions = read_commit_actions(ref, version + 1, _WANTED)
+        actions = read_commit_actions(ref, version + 1, _WANTED, store=store)
         if actions is None:
             return version
         version += 1
@@ -254,10 +267,11 @@ def _read_log(ref: TableRef, *, listing: bool = False) -> TableLog | None:
     log_dir = os.path.join(table_path, LOG_DIR)
     stats = LogReadStats()
     started = time.time()
-    start = None if listing else last_checkpoint(log_dir)
-    files = checkpoint_files(log_dir, *start) if start else []
+    # One storage for the whole reading (see _extend).
     store = log_storage(log_dir)
-    if start is None or not present(log_dir, files):
+    start = None if listing else last_checkpoint(log_dir, store=store)
+    files = checkpoint_files(log_dir, *start) if start else []
+    if start is None or not present(log_dir, files, store=store):
         # No hint, or a hint whose checkpoint is gone: find the newest checkpoint by listing.
         if store.head(LOG_DIR) is None:  # no log, or the table path is a file
             return None
@@ -277,7 +291,7 @@ def _read_log(ref: TableRef, *, listing: bool = False) -> TableLog | None:
         version = start[0]
     checkpoint_version = version
     tail: dict[str, tuple[int, int]] = {}
-    version = _read_tail(ref, version, tail, state, stats)
+    version = _read_tail(ref, version, tail, state, stats, store)
     if version < 0:
         if any(COMMIT_NAME.match(n) for n in store.list(LOG_DIR)):
             raise Unreadable("commits with no checkpoint before them and no commit 0")
@@ -289,7 +303,7 @@ def _read_log(ref: TableRef, *, listing: bool = False) -> TableLog | None:
     if "v2Checkpoint" in (proto.reader_features or []):
         # Its checkpoints may keep their actions in sidecar files this reader does not follow.
         raise Unreadable("a table with V2 checkpoints")
-    if not _complete(log_dir, version, commit_path(ref, version), meta.configuration):
+    if not _complete(log_dir, version, commit_path(ref, version), meta.configuration, store):
         raise Overtaken(version)
     return TableLog(
         ref,

@@ -62,7 +62,7 @@ class LocalStorage:
     # -- reading -------------------------------------------------------------------
     def get(self, key: str, *, limit: int | None = None) -> bytes:
         with open_regular(self._path(key, last=False)) as fh:
-            data = fh.read() if limit is None else fh.read(limit + 1)
+            data = fh.read() if limit is None else _read_bounded(fh, limit)
         if limit is not None and len(data) > limit:
             raise BoundError(f"is larger than {limit} bytes")
         return data
@@ -163,6 +163,18 @@ class LocalStorage:
         # rmtree does not follow links below it either (and refuses a link at its top).
         shutil.rmtree(path, ignore_errors=True)
         return True
+
+
+def _read_bounded(fh: BinaryIO, limit: int) -> bytes:
+    """At most ``limit`` + 1 bytes of ``fh``, asked for by the file's size: ``read(limit + 1)``
+    allocates a buffer of the limit (16 MB for a commit, 256 MB for a plan-log entry) on every
+    call, which cost the ask more than reading the small file itself."""
+    size = os.fstat(fh.fileno()).st_size
+    data = fh.read(min(size, limit) + 1)
+    if size < len(data) <= limit:
+        # It grew since the fstat (not a file airflow-eod writes): read on, still bounded.
+        data += fh.read(limit + 1 - len(data))
+    return data
 
 
 def _write_temporary(directory: str, data: bytes, *, mode: int | None = None) -> str:
