@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.planlog.store import Plan
 from airflow_eod.core.source import ReadContext, Source
 from airflow_eod.sources import SOURCE_KINDS
@@ -65,10 +66,20 @@ if {kind: k.source for kind, k in REGISTRY.items()} != SOURCE_KINDS:
     )
 
 
+def reader_for(source: Source) -> SourceKind:
+    """The registry entry that reads ``source``: the one of its class, or of the nearest
+    base class registered (a user's subclass of a source, whatever ``kind`` it says)."""
+    by_class = {k.source: k for k in REGISTRY.values()}
+    for cls in type(source).__mro__:
+        if cls in by_class:
+            return by_class[cls]
+    raise ConfigurationError(
+        f"no reader for a source of type {type(source).__name__} (kind {getattr(source, 'kind', None)!r}): "
+        f"a source must be, or subclass, one of {sorted(c.__name__ for c in by_class)}"
+    )
+
+
 def read_batch(source: Source, plan: Plan, ctx: ReadContext) -> DataFrame:
     """A DataFrame of exactly the batch ``plan`` froze from ``source``, read by the reader
-    :data:`REGISTRY` names for its kind."""
-    kind = REGISTRY.get(getattr(source, "kind", ""))
-    if kind is None or not isinstance(source, kind.source):
-        raise TypeError(f"no reader for a source of type {type(source).__name__}")
-    return kind.read(source, plan, ctx)
+    :func:`reader_for` finds for it."""
+    return reader_for(source).read(source, plan, ctx)

@@ -311,11 +311,19 @@ def test_one_registry_pairs_each_kind_of_source_with_its_reader() -> None:
     source = LandingFilesSource(path="/landing")
     assert source_from_dict(source.to_dict()) == source and source.to_dict()["type"] == "landing_files"
 
+    from airflow_eod.core.errors import ConfigurationError
+    from airflow_eod.spark.readers import reader_for
+
     class Unknown:
         kind = "landing_files"  # a kind it does not implement
 
-    with pytest.raises(TypeError, match="no reader for a source of type Unknown"):
+    with pytest.raises(ConfigurationError, match="no reader for a source of type Unknown"):
         read_batch(Unknown(), None, None)  # type: ignore[arg-type]
+
+    class Renamed(LandingFilesSource):
+        kind = "my_landing"  # a user's subclass that names its own kind: read as its base
+
+    assert reader_for(Renamed(path="/landing")) is REGISTRY["landing_files"]
 
 
 def test_submit_settings_that_cannot_work_are_refused_when_the_dag_is_parsed() -> None:
