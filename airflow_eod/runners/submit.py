@@ -88,7 +88,11 @@ class SubmitRun:
             }
         target = self.target
         submit = self._submit = SparkSubmit(
-            conf={**engine_conf(spec.engine), **with_utc_jvms(dict(target.spark_conf)), **REQUIRED_CONF},
+            conf={
+                **engine_conf(spec.settings.engine),
+                **with_utc_jvms(dict(target.spark_conf)),
+                **REQUIRED_CONF,
+            },
             conn_id=target.conn_id,
             jars=target.jars,
             name=f"airflow-eod {label}"[:200],

@@ -120,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         spec.plan.key,
         spec.generation,
         spec.attempt_id,
-        spec.try_number,
+        spec.settings.try_number,
     )
     try:
-        session = get_session(submitted=not args.local, conf=engine_conf(spec.engine))
+        session = get_session(submitted=not args.local, conf=engine_conf(spec.settings.engine))
         result = run_load(session, spec, credentials=creds)
     except Exception as exc:
         write_error(args.spec, exc, spec.plan.key.label)

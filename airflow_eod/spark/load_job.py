@@ -87,8 +87,8 @@ def _partitioning(spec: LoadSpec) -> list[str]:
     back as null; a ``partition_by`` that disagrees with the table fails the schema check."""
     table = open_table(spec.table)
     if table is None or not table.metadata().partition_columns:
-        return list(spec.partition_by)
-    return list(spec.partition_by) or list(table.metadata().partition_columns)
+        return list(spec.settings.partition_by)
+    return list(spec.settings.partition_by) or list(table.metadata().partition_columns)
 
 
 def _write(
@@ -103,7 +103,7 @@ def _write(
     """Stage and commit ``spark_df``. A staging write that fails is explained by ``split``
     (malformed records, for a batch read FAILFAST) before it is raised."""
     batch = plan.key
-    if spec.engine == "delta-spark":
+    if spec.settings.engine == "delta-spark":
         from airflow_eod.spark.delta_spark_engine import write_with_delta_spark
 
         manifest = replace(manifest, rows=spark_df.count())
@@ -116,9 +116,9 @@ def _write(
             batch,
             spec.generation,
             manifest,
-            spec.partition_by,
-            table_configuration=spec.table_configuration,
-            schema_policy=spec.schema_drift,
+            list(spec.settings.partition_by),
+            table_configuration=dict(spec.settings.table_configuration),
+            schema_policy=spec.settings.schema_drift,
         )
     from airflow_eod.spark.staging import stage_dataframe
 
@@ -154,9 +154,9 @@ def _write(
         spec.generation,
         staged,
         replace(manifest, rows=staged.rows, files=len(staged.files)),
-        table_configuration=spec.table_configuration,
+        table_configuration=spec.settings.table_configuration,
         replace_previous=spec.restate,
-        schema_policy=spec.schema_drift,
+        schema_policy=spec.settings.schema_drift,
     )
 
 
@@ -170,12 +170,12 @@ def run_load(
 
     :param spark: the driver's SparkSession.
     :param spec: the load, as data.
-    :param transform: a callable that overrides ``spec.transform`` (local mode only).
+    :param transform: a callable that overrides ``spec.settings.transform`` (local mode only).
     :param credentials: the source's credentials (never part of ``spec``).
     """
     # The try the fault points read and the id every body carries, in this process: a
     # submitted driver's attempt is the one that built its spec.
-    with attempt(spec.try_number, spec.attempt_id):
+    with attempt(spec.settings.try_number, spec.attempt_id):
         return _run_load(spark, spec, transform, credentials)
 
 
@@ -188,7 +188,9 @@ def _run_load(
     plan = spec.plan
     batch = plan.key
     source = spec.source
-    ctx = ReadContext(spark_factory=lambda: spark, credentials=credentials, schema_drift=spec.schema_drift)
+    ctx = ReadContext(
+        spark_factory=lambda: spark, credentials=credentials, schema_drift=spec.settings.schema_drift
+    )
     table = open_table(spec.table)
     status = ask_table(table, batch, spec.generation)
     if status.committed:
@@ -206,15 +208,15 @@ def _run_load(
         rows=0,
         files=0,
         attempt_id=spec.attempt_id,
-        engine=spec.engine,
-        run_id=spec.run_id,
-        try_number=spec.try_number,
+        engine=spec.settings.engine,
+        run_id=spec.settings.run_id,
+        try_number=spec.settings.try_number,
         previous_generation=spec.previous_generation,
     )
     split: MalformedSplit | None = None
     # The decide step covers the whole attempt: however it fails, the table decides.
     try:
-        if table is not None and spec.engine == "delta-rs":
+        if table is not None and spec.settings.engine == "delta-rs":
             # A table the engine cannot honour is refused before anything is read or staged.
             table_compat.check_writable(table, spec.table)
             if spec.restate:
@@ -223,21 +225,23 @@ def _run_load(
             check_retention(table, plan)
         fault_point("before_write")
         source.verify(plan, ctx)
-        fn = transform or (resolve_transform(spec.transform) if spec.transform else None)
+        fn = transform or (resolve_transform(spec.settings.transform) if spec.settings.transform else None)
         # Read FAILFAST, a batch costs what a plain Spark write of it costs: a malformed
         # record stops the staging write, uncommitted, and only then is the batch read again
         # to count. That needs the write to parse every record and column: a transform may
         # drop columns (whose malformed values Spark's parser then never flags) or run
         # actions of its own; the quarantine needs the bad rows themselves; and delta-spark
         # commits inside its write. Those count up front, over persisted rows.
-        if fn is None and spec.engine == "delta-rs" and spec.quarantine_table_uri is None:
+        if fn is None and spec.settings.engine == "delta-rs" and spec.settings.quarantine_table_uri is None:
             fast = replace(ctx, fail_fast=True)
             split = single_pass(
                 read_batch(source, plan, fast), batch.label, lambda: read_batch(source, plan, ctx)
             )
         else:
             split = split_malformed(
-                read_batch(source, plan, ctx), batch.label, quarantine=spec.quarantine_table_uri is not None
+                read_batch(source, plan, ctx),
+                batch.label,
+                quarantine=spec.settings.quarantine_table_uri is not None,
             )
         df, bad = split.good, split.bad
         if spec.quarantine_table is not None:
@@ -261,7 +265,7 @@ def _run_load(
             # A racer (or this attempt, before it failed) committed: its outbox is due too.
             deliver_outbox(spec.table, ask(spec.table, batch, spec.generation))
             return decided
-        if isinstance(exc, InputChangedError) and spec.engine == "delta-spark":
+        if isinstance(exc, InputChangedError) and spec.settings.engine == "delta-spark":
             # The re-freeze the source's message names is a restatement, which this engine
             # refuses: name the way out that works instead of one that is refused next.
             raise InputChangedError(batch.label, f"{exc.cause}. {DELTA_SPARK_REFREEZE}") from exc

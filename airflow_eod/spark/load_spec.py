@@ -62,39 +62,27 @@ class LoadSpec:
     :param table: the target Delta table (``table_uri`` in the spec's JSON).
     :param plan: the frozen plan, at the generation to commit.
     :param source: the source.
-    :param partition_by: partition columns for a table this load creates.
-    :param transform: ``"module:function"`` applied to the DataFrame before the write.
-    :param engine: ``delta-rs`` (default) or ``delta-spark``.
-    :param run_id: the Airflow run id, recorded in the manifest.
-    :param try_number: the Airflow try number, recorded in the manifest.
-    :param table_configuration: table properties for a table this load creates.
+    :param settings: what the load sets for every batch (flat in the spec's JSON, as before).
     :param attempt_id: unique per attempt; the id of the attempt in progress when empty.
     :param restate: replace whatever the table holds of the batch, in the same commit.
     :param previous_generation: the generation a restatement replaces (for the manifest).
-    :param schema_drift: ``fail`` or ``add_columns``.
-    :param quarantine_table_uri: where malformed records go; unset: they fail the batch.
     """
 
     table: TableRef
     plan: Plan
     source: Source
-    partition_by: list[str] = field(default_factory=list)
-    transform: str | None = None
-    engine: str = "delta-rs"
-    run_id: str | None = None
-    try_number: int | None = None
-    table_configuration: dict[str, str] = field(default_factory=dict)
+    settings: LoadSettings = field(default_factory=LoadSettings)
     attempt_id: str = ""
     restate: bool = False
     previous_generation: int | None = None
-    schema_drift: str = SCHEMA_FAIL
-    quarantine_table_uri: str | None = None
 
     def __post_init__(self) -> None:
-        choice("engine", self.engine, ENGINES)
-        choice("schema_drift", self.schema_drift, SCHEMA_POLICIES)
+        choice("engine", self.settings.engine, ENGINES)
+        choice("schema_drift", self.settings.schema_drift, SCHEMA_POLICIES)
         check_engine_options(
-            self.engine, restate=self.restate, quarantine_table_uri=self.quarantine_table_uri
+            self.settings.engine,
+            restate=self.restate,
+            quarantine_table_uri=self.settings.quarantine_table_uri,
         )
         if self.quarantine_table is not None and self.quarantine_table == self.table:
             raise ConfigurationError("quarantine_table_uri must be another table than table_uri")
@@ -109,41 +97,20 @@ class LoadSpec:
         cls, ref: TableRef, frozen: FrozenBatch, source: Source, settings: LoadSettings | None = None
     ) -> LoadSpec:
         """The spec that loads ``frozen`` with ``settings`` (the defaults when ``None``)."""
-        settings = settings or LoadSettings()
         return cls(
             table=ref,
             plan=frozen.plan,
             source=source,
-            partition_by=list(settings.partition_by),
-            transform=settings.transform,
-            engine=settings.engine,
-            run_id=settings.run_id,
-            try_number=settings.try_number,
-            table_configuration=dict(settings.table_configuration),
+            settings=settings or LoadSettings(),
             restate=frozen.restate,
             previous_generation=frozen.previous_generation,
-            schema_drift=settings.schema_drift,
-            quarantine_table_uri=settings.quarantine_table_uri,
-        )
-
-    @property
-    def settings(self) -> LoadSettings:
-        """The spec's fields that are the load's settings."""
-        return LoadSettings(
-            partition_by=tuple(self.partition_by),
-            transform=self.transform,
-            engine=self.engine,
-            run_id=self.run_id,
-            try_number=self.try_number,
-            table_configuration=dict(self.table_configuration),
-            schema_drift=self.schema_drift,
-            quarantine_table_uri=self.quarantine_table_uri,
         )
 
     @property
     def quarantine_table(self) -> TableRef | None:
         """The quarantine table, or ``None`` when malformed records fail the batch."""
-        return None if self.quarantine_table_uri is None else TableRef.parse(self.quarantine_table_uri)
+        uri = self.settings.quarantine_table_uri
+        return None if uri is None else TableRef.parse(uri)
 
     @property
     def generation(self) -> int:
@@ -154,6 +121,10 @@ class LoadSpec:
         data["table_uri"] = data.pop("table").location  # the wire name since the first release
         data["plan"] = asdict(self.plan)
         data["source"] = self.source.to_dict()
+        settings = data.pop("settings")
+        # The settings stay flat in the JSON, as a driver of the previous release reads them.
+        data.update({f.name: getattr(settings, f.name) for f in fields(settings)})
+        data["partition_by"] = list(settings.partition_by)
         return json.dumps(data, sort_keys=True)
 
     @classmethod
@@ -166,4 +137,7 @@ class LoadSpec:
         data["table"] = TableRef.parse(data.pop("table_uri"))
         data["plan"] = Plan(**data["plan"])
         data["source"] = source_from_dict(data["source"])
+        data["settings"] = LoadSettings(
+            **{f.name: data.pop(f.name) for f in fields(LoadSettings) if f.name in data}
+        )
         return cls(**data)

@@ -285,14 +285,12 @@ def test_typed_settings_leave_the_spec_on_disk_as_it_was(tmp_path: Any) -> None:
         table=TableRef.parse(str(tmp_path / "table")),
         plan=plan,
         source=source,
-        partition_by=["day"],
-        run_id="r",
-        try_number=3,
-        table_configuration={"a": "b"},
+        settings=LoadSettings(partition_by=["day"], run_id="r", try_number=3, table_configuration={"a": "b"}),
         attempt_id=spec.attempt_id,
         restate=True,
     )
     assert spec.to_json() == flat.to_json() and spec.settings == settings
+    assert LoadSpec.from_json(spec.to_json()) == spec  # the driver reads back what the task wrote
     assert sorted(json.loads(spec.to_json())) == [
         "attempt_id", "engine", "partition_by", "plan", "previous_generation", "quarantine_table_uri",
         "restate", "run_id", "schema_drift", "source", "table_configuration", "table_uri",

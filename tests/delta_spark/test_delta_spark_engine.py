@@ -243,10 +243,15 @@ def test_jdbc_offset_batches_follow_the_key_frontier(spark: Any, postgres: Any, 
         p = plan(run)
         assert p is not None
         ranges.append((p.boundary["low"], p.boundary["high"]))
-        spec = LoadSpec(table=TableRef.parse(table), plan=p, source=src, engine=ENGINE)
+        spec = LoadSpec(table=TableRef.parse(table), plan=p, source=src, settings=LoadSettings(engine=ENGINE))
         assert run_load(spark, spec, credentials=ctx.credentials).outcome == "committed"
         # A retry of the batch writes nothing.
-        again = LoadSpec(table=TableRef.parse(table), plan=p, source=src, engine=ENGINE, try_number=2)
+        again = LoadSpec(
+            table=TableRef.parse(table),
+            plan=p,
+            source=src,
+            settings=LoadSettings(engine=ENGINE, try_number=2),
+        )
         assert run_load(spark, again, credentials=ctx.credentials).outcome == "already_committed"
     assert ranges == [(None, 40), (40, 80), (80, 100)]
     assert plan("r3") is None
@@ -278,7 +283,7 @@ def test_jdbc_timestamp_intervals_backfilled_backwards(spark: Any, postgres: Any
             interval=(start, start + timedelta(days=1)),
         )
         assert p is not None
-        spec = LoadSpec(table=TableRef.parse(table), plan=p, source=src, engine=ENGINE)
+        spec = LoadSpec(table=TableRef.parse(table), plan=p, source=src, settings=LoadSettings(engine=ENGINE))
         result = run_load(spark, spec, credentials=ctx.credentials)
         rows.append(result.rows)
     # created_at = base + id hours (+ id µs): day 0 holds ids 1..23, days 1-2 24 ids each.

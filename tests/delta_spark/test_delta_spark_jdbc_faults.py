@@ -280,7 +280,10 @@ def test_two_drivers_loading_the_same_jdbc_batch_commit_once(
     kids = [
         run_child(
             LoadSpec(
-                table=TableRef.parse(table), plan=plan, source=src, engine=ENGINE, run_id="r1", try_number=n
+                table=TableRef.parse(table),
+                plan=plan,
+                source=src,
+                settings=LoadSettings(engine=ENGINE, run_id="r1", try_number=n),
             ),
             str(tmp_path),
             "before_commit=sleep:8",

@@ -21,7 +21,7 @@ from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.spark.load_job import run_load
-from airflow_eod.spark.load_spec import LoadSpec
+from airflow_eod.spark.load_spec import LoadSettings, LoadSpec
 from tests.support.helpers import land_and_plan, plan_for, spec_for, stage_rows
 
 # -- JDBC ------------------------------------------------------------------------------------
@@ -41,7 +41,9 @@ def _jplan(src: JdbcIncrementalSource, ctx: ReadContext, table: str, run: str) -
 
 
 def _jspec(src: JdbcIncrementalSource, table: str, plan: Plan) -> LoadSpec:
-    return LoadSpec(table=TableRef.parse(table), plan=plan, source=src, run_id="r", try_number=1)
+    return LoadSpec(
+        table=TableRef.parse(table), plan=plan, source=src, settings=LoadSettings(run_id="r", try_number=1)
+    )
 
 
 @contextmanager

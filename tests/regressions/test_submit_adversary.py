@@ -37,7 +37,7 @@ from airflow_eod.examples.sample_data import write_order_files
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.driver import CREDENTIALS_PASSWORD_ENV, CREDENTIALS_USER_ENV
-from airflow_eod.spark.load_spec import LoadSpec
+from airflow_eod.spark.load_spec import LoadSettings, LoadSpec
 from tests.conftest import REPO
 from tests.support.helpers import check, run_child
 from tests.support.jdbc_helpers import (
@@ -182,7 +182,12 @@ def test_a_driver_in_a_non_utc_time_zone_writes_the_source_timestamps_unchanged(
         is_committed=lambda k: ask(TableRef.parse(table), k).committed,
     )
     assert plan is not None
-    spec = LoadSpec(table=TableRef.parse(table), plan=plan, source=source, run_id="run-1", try_number=1)
+    spec = LoadSpec(
+        table=TableRef.parse(table),
+        plan=plan,
+        source=source,
+        settings=LoadSettings(run_id="run-1", try_number=1),
+    )
     env = {
         "TZ": "America/New_York",
         "PYSPARK_SUBMIT_ARGS": "--jars /usr/share/java/postgresql.jar pyspark-shell",

@@ -18,7 +18,7 @@ from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
 from airflow_eod.spark.driver import CREDENTIALS_PASSWORD_ENV, CREDENTIALS_USER_ENV
 from airflow_eod.spark.load_job import run_load
-from airflow_eod.spark.load_spec import LoadSpec
+from airflow_eod.spark.load_spec import LoadSettings, LoadSpec
 from tests.support.helpers import run_child
 from tests.support.jdbc_helpers import (
     airflow_connection,
@@ -53,7 +53,12 @@ def _plan(src: JdbcIncrementalSource, ctx: ReadContext, table: str, run: str) ->
 
 
 def _spec(src: JdbcIncrementalSource, table: str, plan: Plan, try_number: int = 1) -> LoadSpec:
-    return LoadSpec(table=TableRef.parse(table), plan=plan, source=src, run_id="r", try_number=try_number)
+    return LoadSpec(
+        table=TableRef.parse(table),
+        plan=plan,
+        source=src,
+        settings=LoadSettings(run_id="r", try_number=try_number),
+    )
 
 
 def test_incremental_batches_follow_the_key_frontier(spark: Any, postgres: Any, table: str) -> None:

@@ -20,7 +20,7 @@ from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.compare import Comparison, compare_table_with_landing
 from airflow_eod.examples.sample_data import ORDERS_ARROW_SCHEMA, ORDERS_COLUMNS
 from airflow_eod.sources.landing_files import LandingFilesSource
-from airflow_eod.spark.load_spec import LoadSpec
+from airflow_eod.spark.load_spec import LoadSettings, LoadSpec
 
 ORDERS_DDL = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"
 PIPELINE = "tests.orders"
@@ -71,8 +71,7 @@ def spec_for(source: LandingFilesSource, table: str, plan: Plan, try_number: int
         table=TableRef.parse(table),
         plan=plan,
         source=source,
-        run_id="run-1",
-        try_number=try_number,
+        settings=LoadSettings(run_id="run-1", try_number=try_number),
         **kw,
     )
 
