@@ -6,9 +6,8 @@ from __future__ import annotations
 from airflow_eod.core.storage import LocalStorage, UnknownOutcome
 
 
-class LandsThenLosesTheReply(LocalStorage):
-    """The first ``lose`` puts-if-absent land, then raise :class:`UnknownOutcome` (a timeout
-    after the object store wrote the object); later ones behave.
+class _LosesReplies(LocalStorage):
+    """Counts puts-if-absent; the first ``lose`` of them lose their reply.
 
     :param root: the directory.
     :param lose: how many replies to lose.
@@ -19,6 +18,11 @@ class LandsThenLosesTheReply(LocalStorage):
         self.lose = lose
         self.puts = 0
 
+
+class LandsThenLosesTheReply(_LosesReplies):
+    """The first ``lose`` puts-if-absent land, then raise :class:`UnknownOutcome` (a timeout
+    after the object store wrote the object); later ones behave."""
+
     def put_if_absent(self, key: str, data: bytes, *, attempt: str | None = None) -> bool:
         self.puts += 1
         wrote = super().put_if_absent(key, data, attempt=attempt)
@@ -27,18 +31,9 @@ class LandsThenLosesTheReply(LocalStorage):
         return wrote
 
 
-class FailsBeforeLanding(LocalStorage):
+class FailsBeforeLanding(_LosesReplies):
     """The first ``lose`` puts-if-absent raise :class:`UnknownOutcome` without writing (a
-    timeout before the request reached the store); later ones behave.
-
-    :param root: the directory.
-    :param lose: how many puts to drop.
-    """
-
-    def __init__(self, *, root: str, lose: int = 1) -> None:
-        super().__init__(root=root)
-        self.lose = lose
-        self.puts = 0
+    timeout before the request reached the store); later ones behave."""
 
     def put_if_absent(self, key: str, data: bytes, *, attempt: str | None = None) -> bool:
         self.puts += 1

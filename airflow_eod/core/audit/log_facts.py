@@ -10,7 +10,6 @@ the ``txn`` column), so a link, a FIFO or a device in the log is refused unread.
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,11 +20,11 @@ import pyarrow.parquet as pq
 
 from airflow_eod.core import bounded_json
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.delta.checkpoints import open_checkpoint
 from airflow_eod.core.delta.reading import LOG_DIR
 from airflow_eod.core.errors import CorruptTableError
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.storage import BoundError, NotFound, Storage, object_lines
-from airflow_eod.core.storage.object_file import open_object
+from airflow_eod.core.storage import Storage, object_lines
 from airflow_eod.core.table_ref import TableRef
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
@@ -97,20 +96,9 @@ def _parts(name: str) -> int:
 
 
 def _open_checkpoint(ref: TableRef, store: Storage, name: str) -> pq.ParquetFile:
-    """The checkpoint file ``name`` of the log, as a seekable object of ``store``: never
-    through a link, never a FIFO or device (refused, unread, as a corrupt table).
-
-    :raises NotFound: when it is gone (a log cleanup removed it since it was listed).
-    """
-    key, path = f"{LOG_DIR}/{name}", os.path.join(ref.path, LOG_DIR, name)
-    try:
-        store.get_range(key, 0, 0)  # refused here, unread, when it is no plain object
-        head = store.head(key)
-        if head is None:
-            raise NotFound(errno.ENOENT, "no checkpoint file", path)
-        return pq.ParquetFile(open_object(store, key, head.size))
-    except BoundError as exc:
-        raise CorruptTableError(ref.path, path, str(exc)) from None
+    """The checkpoint file ``name`` of the log, as the log's reader opens it (through the
+    storage, never through a link, never a FIFO or device)."""
+    return open_checkpoint(os.path.join(ref.path, LOG_DIR, name), store)
 
 
 def _checkpoint_markers(ref: TableRef, store: Storage, names: list[str], version: int, out: LogFacts) -> None:

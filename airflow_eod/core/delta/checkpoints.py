@@ -135,7 +135,7 @@ def newest_checkpoint_by_listing(log_dir: str, stats: LogReadStats) -> tuple[int
     return (max(usable), parts_of[max(usable)]) if usable else None
 
 
-def open_checkpoint(path: str) -> pq.ParquetFile:
+def open_checkpoint(path: str, store: Storage | None = None) -> pq.ParquetFile:
     """A checkpoint file of the log, opened only as a regular file: never through a link (it
     may lead out of the table), never a FIFO or device (whose read would never end, and hold
     a thread of the shared triggerer for good).
@@ -143,9 +143,11 @@ def open_checkpoint(path: str) -> pq.ParquetFile:
     Read through the storage seam, in ranges: the footer, then only the columns asked for.
 
     :raises CorruptTableError: when it is a link, a FIFO, a device.
+    :param path: the checkpoint file (in ``_delta_log/``), named for messages and its key.
+    :param store: the table's storage, when the caller has one.
     :raises NotFound: when it is gone (a log cleanup removed it since it was named).
     """
-    store, key = log_storage(os.path.dirname(path)), log_key(path)
+    store, key = store or log_storage(os.path.dirname(path)), log_key(path)
     try:
         store.get_range(key, 0, 0)  # refused here, unread, when it is no plain object
         head = store.head(key)
