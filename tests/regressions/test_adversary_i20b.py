@@ -1,0 +1,91 @@
+"""Review of issue 20 (the storage seam), adversarial findings, second pass (I11).
+
+Finding 1: a driver's error file is written through a storage rooted at the spec's own
+directory (``storage_at(<table>/_eod/specs)``), so the link check of the seam never looks at
+``_eod`` or ``_eod/specs``: when either is a link leading out of the table (planted after the
+task wrote the spec, while Spark ran), the driver wrote ``<outside>/specs/<spec>.error.json``.
+On c2eb266 the first test failed with::
+
+    AssertionError: the driver wrote outside the table: ['specs/abc-g0-x.json.error.json']
+
+Finding 2: the clean-up of uncommitted attempts lists the batch directory once and then
+removes each ``g<gen>-*`` entry with ``delete_prefix``, whose storage remembers the
+directories it once found to be no link (``LocalStorage._no_links``) and removes by path.
+A batch directory swapped for a link leading out of the table between two removals (here at
+the ``in_cleanup`` fault point, after the first one) made the second removal ``rmtree`` a
+directory outside the table. On c2eb266 the second test failed with::
+
+    AssertionError: the clean-up removed a directory outside the table
+"""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+
+import airflow_eod.core.cleanup as cleanup
+from airflow_eod.core.ask import ask
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.table_layout import batch_dir
+from airflow_eod.core.table_ref import TableRef
+from airflow_eod.spark import driver
+from tests.support.helpers import stage_data
+
+BATCH = BatchKey("tests.i20b", "i-20260101T000000Z-20260102T000000Z")
+
+
+def _tree(root) -> list[str]:
+    return sorted(
+        os.path.relpath(os.path.join(folder, n), root) for folder, _, files in os.walk(root) for n in files
+    )
+
+
+def test_a_drivers_error_file_is_never_written_through_a_link_out_of_the_table(tmp_path):
+    table, outside = tmp_path / "t", tmp_path / "outside"
+    (table / "_delta_log").mkdir(parents=True)
+    (outside / "specs").mkdir(parents=True)
+    # The task wrote the spec; while Spark ran, _eod became a link leading out of the table.
+    os.symlink(outside, table / "_eod")
+    spec = str(table / "_eod" / "specs" / "abc-g0-x.json")
+
+    driver.write_error(spec, RuntimeError("boom"), "tests.i20b/b")
+
+    assert _tree(outside) == [], f"the driver wrote outside the table: {_tree(outside)}"
+
+
+def test_a_drivers_error_file_still_lands_beside_its_spec_in_the_table(tmp_path):
+    table = tmp_path / "t"
+    (table / "_eod" / "specs").mkdir(parents=True)
+    spec = str(table / "_eod" / "specs" / "abc-g0-x.json")
+
+    driver.write_error(spec, RuntimeError("boom"), "tests.i20b/b")
+
+    with open(spec + ".error.json", "rb") as fh:
+        error = driver.error_from(fh.read())
+    assert error is not None and "boom" in str(error)
+
+
+def test_cleanup_never_removes_outside_the_table_when_the_batch_dir_is_swapped_for_a_link(tmp_path, monkeypatch):
+    table, outside = tmp_path / "t", tmp_path / "outside"
+    table.mkdir()
+    (outside / "g0-zzz").mkdir(parents=True)
+    (outside / "g0-zzz" / "precious").write_text("not the table's")
+    ref = TableRef.parse(str(table))
+    rows = pa.table({"id": pa.array(range(3), pa.int64())})
+    commit_batch(ref, BATCH, 0, *stage_data(str(table), BATCH, rows))
+    folder = table / batch_dir(BATCH)
+    (folder / "g0-aaa").mkdir()  # two attempts that never committed
+    (folder / "g0-zzz").mkdir()
+
+    def swap(name: str) -> None:  # someone sharing the lake, between two removals
+        if name == "in_cleanup" and not os.path.islink(folder):
+            os.rename(folder, str(folder) + "-moved")
+            os.symlink(outside, folder)
+
+    monkeypatch.setattr(cleanup, "fault_point", swap)
+    cleanup.remove_uncommitted_attempts(ref, ask(ref, BATCH))
+
+    assert (outside / "g0-zzz" / "precious").exists(), "the clean-up removed a directory outside the table"
