@@ -16,6 +16,12 @@ the ``in_cleanup`` fault point, after the first one) made the second removal ``r
 directory outside the table. On c2eb266 the second test failed with::
 
     AssertionError: the clean-up removed a directory outside the table
+
+Fixed: the driver writes the error file of a table's spec (``<table>/_eod/specs/``) through
+the table's storage (a spec elsewhere, as tests and hand runs place it, still gets its error
+beside it); ``LocalStorage.delete`` and ``delete_prefix`` remove relative to the parent
+directory opened name by name from the root with ``O_NOFOLLOW`` (``rmtree(dir_fd=...)``,
+``unlink(dir_fd=...)``): a directory swapped for a link after the check is never followed.
 """
 
 from __future__ import annotations
@@ -23,7 +29,6 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
-import pytest
 
 import airflow_eod.core.cleanup as cleanup
 from airflow_eod.core.ask import ask
@@ -68,7 +73,9 @@ def test_a_drivers_error_file_still_lands_beside_its_spec_in_the_table(tmp_path)
     assert error is not None and "boom" in str(error)
 
 
-def test_cleanup_never_removes_outside_the_table_when_the_batch_dir_is_swapped_for_a_link(tmp_path, monkeypatch):
+def test_cleanup_never_removes_outside_the_table_when_the_batch_dir_is_swapped_for_a_link(
+    tmp_path, monkeypatch
+):
     table, outside = tmp_path / "t", tmp_path / "outside"
     table.mkdir()
     (outside / "g0-zzz").mkdir(parents=True)
