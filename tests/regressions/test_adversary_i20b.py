@@ -27,8 +27,11 @@ directory opened name by name from the root with ``O_NOFOLLOW`` (``rmtree(dir_fd
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pyarrow as pa
+import pytest
 
 import airflow_eod.core.cleanup as cleanup
 from airflow_eod.core.ask import ask
@@ -96,3 +99,43 @@ def test_cleanup_never_removes_outside_the_table_when_the_batch_dir_is_swapped_f
     cleanup.remove_uncommitted_attempts(ref, ask(ref, BATCH))
 
     assert (outside / "g0-zzz" / "precious").exists(), "the clean-up removed a directory outside the table"
+
+
+_ASK_IN_A_CHILD = """
+import sys
+from airflow_eod.core.ask import ask
+from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.table_ref import TableRef
+try:
+    ask(TableRef.parse(sys.argv[1]), BatchKey("tests.i20b", "i-20260102T000000Z-20260103T000000Z"))
+except Exception as exc:  # a refusal is an answer too
+    print(type(exc).__name__, exc)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="no bound on a commit's total size: a sparse commit of zeros with a newline every 32 MB "
+    "is read to its end in 8 MB ranges (about 5 s per GiB here, a few KB of disk per TiB); "
+    "choosing the largest commit a reader takes is a design decision (a million adds is ~1 GB)",
+)
+def test_the_ask_does_not_read_a_sparse_commit_of_zeros_to_its_end(tmp_path):
+    """Finding 3 (not fixed): on c2eb266 the child asking the table below was still reading
+    commit 1 (16 GiB of sparse zeros, 1 MB on disk) when its 20 s ran out::
+
+        subprocess.TimeoutExpired: Command '[...python, '-c', ...]' timed out after 20 seconds
+
+    The ranged reading of commits over 16 MB (object_lines) bounds each line, not the object:
+    the ask (a thread of the shared triggerer) reads any size a file claims."""
+    table = tmp_path / "t"
+    table.mkdir()
+    ref = TableRef.parse(str(table))
+    commit_batch(ref, BATCH, 0, *stage_data(str(table), BATCH, pa.table({"id": pa.array([1], pa.int64())})))
+    size = 16 << 30
+    with open(table / "_delta_log" / f"{1:020d}.json", "wb") as fh:
+        for offset in range(32 << 20, size, 32 << 20):
+            fh.seek(offset)
+            fh.write(b"\n")
+        fh.truncate(size)
+    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    subprocess.run([sys.executable, "-c", _ASK_IN_A_CHILD, str(table)], env=env, timeout=20, check=False)
