@@ -61,13 +61,26 @@ def write_error(spec_path: str, exc: BaseException, batch: str | None = None) ->
         "batch": exc.batch if isinstance(exc, BatchError) else batch,
         "cause": exc.cause if isinstance(exc, BatchError) else cause_of(exc),
     }
+    from airflow_eod.core.errors import UnsafePathError
+    from airflow_eod.core.spec_files import SPECS_DIR
     from airflow_eod.core.storage import storage_at
 
     directory, name = os.path.split(error_path(spec_path))
+    root, key = directory, name
+    specs = os.path.normpath(directory)
+    if os.path.basename(specs) == os.path.basename(SPECS_DIR) and os.path.basename(
+        os.path.dirname(specs)
+    ) == os.path.dirname(SPECS_DIR):
+        # A spec of the table (``<table>/_eod/specs/``): written through the table's storage,
+        # whose link check starts at the table root. A storage rooted at the spec's own
+        # directory never looked at ``_eod`` or ``_eod/specs``, which may have become links
+        # leading out of the table while Spark ran (I11).
+        root = os.path.dirname(os.path.dirname(specs))
+        key = f"{SPECS_DIR.replace(os.sep, '/')}/{name}"
     try:
         # Beside the spec, in the table's storage, 0600 as the spec is.
-        storage_at(directory).put(name, json.dumps(data).encode(), private=True)
-    except OSError:
+        storage_at(root).put(key, json.dumps(data).encode(), private=True)
+    except (OSError, UnsafePathError):
         pass  # the operator then reports spark-submit's own error
 
 

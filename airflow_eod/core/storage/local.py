@@ -138,31 +138,69 @@ class LocalStorage:
     def delete(self, key: str) -> bool:
         """Remove the regular file at ``key``; a link or a directory there is no object this
         backend wrote and is left alone (``False``), as is a missing one."""
-        path = self._path(key, last=False)
+        self._path(key, last=False)  # a link on the way that leads out of the root: refused
+        parent, name = self._open_parent(key)
+        if parent is None:
+            return False
         try:
-            if not stat.S_ISREG(os.lstat(path).st_mode):
+            if not stat.S_ISREG(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
                 return False
-            os.remove(path)
+            os.unlink(name, dir_fd=parent)
         except (FileNotFoundError, NotADirectoryError):
             return False
+        finally:
+            os.close(parent)
         return True
 
     def delete_prefix(self, prefix: str) -> bool:
         """Remove the directory ``prefix`` and everything below it, following no link: a link
         at ``prefix`` is removed itself, its target left alone; a file there is left."""
-        path = self._path(prefix.strip("/"), last=False)  # a link there is removed, not resolved
-        try:
-            mode = os.lstat(path).st_mode
-        except (FileNotFoundError, NotADirectoryError):
+        key = prefix.strip("/")
+        self._path(key, last=False)  # a link on the way that leads out of the root: refused
+        parent, name = self._open_parent(key)
+        if parent is None:
             return False
-        if stat.S_ISLNK(mode):
-            os.unlink(path)
+        try:
+            try:
+                mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                return False
+            if stat.S_ISLNK(mode):
+                os.unlink(name, dir_fd=parent)
+                return True
+            if not stat.S_ISDIR(mode):
+                return False  # an object at the prefix itself is not below it
+            # Relative to the directory opened above: rmtree follows no link below it either
+            # (and refuses a link at its top).
+            shutil.rmtree(name, ignore_errors=True, dir_fd=parent)
             return True
-        if not stat.S_ISDIR(mode):
-            return False  # an object at the prefix itself is not below it
-        # rmtree does not follow links below it either (and refuses a link at its top).
-        shutil.rmtree(path, ignore_errors=True)
-        return True
+        finally:
+            os.close(parent)
+
+    def _open_parent(self, key: str) -> tuple[int | None, str]:
+        """The directory that holds ``key``'s last name, opened name by name from the root with
+        ``O_NOFOLLOW``, and that name; ``(None, name)`` when it is missing or a link is on the
+        way. A removal works relative to this descriptor: a directory on the way swapped for a
+        link after the key was checked (someone sharing the table, between two removals of a
+        clean-up) is never followed out of the root, as a removal by path would be (I11)."""
+        parts = key.split("/")
+        if not key or not parts[-1]:
+            raise UnsafePathError(None, f"storage key {key!r} names no object below {self.root}")
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)  # the root's own path may be a link
+        try:
+            for part in parts[:-1]:
+                below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = below
+        except (FileNotFoundError, NotADirectoryError):
+            os.close(fd)
+            return None, parts[-1]
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno == errno.ELOOP:
+                return None, parts[-1]  # a link on the way: nothing is removed through it
+            raise
+        return fd, parts[-1]
 
 
 def _read_bounded(fh: BinaryIO, limit: int) -> bytes:
