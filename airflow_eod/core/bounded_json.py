@@ -38,6 +38,11 @@ MAX_CONTAINERS = 2_000_000
 # One line (one action) of a Delta commit: an ``add`` with its statistics, a ``metaData``
 # whose schema has thousands of columns, a ``commitInfo`` with its manifest.
 MAX_ACTION_LINE = 64 << 20
+# One commit file of a Delta log, read in ranges line by line once it is over 16 MB: a
+# commit of a million adds with their statistics is about 1 GB. A file claiming more is
+# refused unread: the ask runs in the shared triggerer, and a sparse file of zeros costs its
+# writer nothing per terabyte and a reader about five seconds per gigabyte.
+MAX_COMMIT = 2 << 30
 # Containers inside containers: a Delta schema nests about three levels per struct level.
 MAX_DEPTH = 256
 

@@ -22,6 +22,10 @@ the table's storage (a spec elsewhere, as tests and hand runs place it, still ge
 beside it); ``LocalStorage.delete`` and ``delete_prefix`` remove relative to the parent
 directory opened name by name from the root with ``O_NOFOLLOW`` (``rmtree(dir_fd=...)``,
 ``unlink(dir_fd=...)``): a directory swapped for a link after the check is never followed.
+
+Finding 3: the ask and the audit read a commit over 16 MB in ranges, each line bounded but
+not the file: a 16 GiB sparse commit of zeros (1 MB on disk) held the ask for minutes (about
+5 s per GiB). Fixed: a commit over ``bounded_json.MAX_COMMIT`` (2 GiB) is refused unread.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import pytest
 import airflow_eod.core.cleanup as cleanup
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.errors import CorruptTableError
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.table_layout import batch_dir
 from airflow_eod.core.table_ref import TableRef
@@ -113,29 +118,35 @@ except Exception as exc:  # a refusal is an answer too
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="no bound on a commit's total size: a sparse commit of zeros with a newline every 32 MB "
-    "is read to its end in 8 MB ranges (about 5 s per GiB here, a few KB of disk per TiB); "
-    "choosing the largest commit a reader takes is a design decision (a million adds is ~1 GB)",
-)
 def test_the_ask_does_not_read_a_sparse_commit_of_zeros_to_its_end(tmp_path):
-    """Finding 3 (not fixed): on c2eb266 the child asking the table below was still reading
+    """Finding 3, fixed: on c2eb266 the child asking the table below was still reading
     commit 1 (16 GiB of sparse zeros, 1 MB on disk) when its 20 s ran out::
 
         subprocess.TimeoutExpired: Command '[...python, '-c', ...]' timed out after 20 seconds
 
-    The ranged reading of commits over 16 MB (object_lines) bounds each line, not the object:
-    the ask (a thread of the shared triggerer) reads any size a file claims."""
+    The ranged reading of commits over 16 MB (object_lines) bounded each line, not the
+    object: the ask (a thread of the shared triggerer) read any size a file claimed. A commit
+    over bounded_json.MAX_COMMIT (2 GiB) is now refused unread, as a corrupt table file, by
+    the ask and by the audit."""
     table = tmp_path / "t"
     table.mkdir()
     ref = TableRef.parse(str(table))
     commit_batch(ref, BATCH, 0, *stage_data(str(table), BATCH, pa.table({"id": pa.array([1], pa.int64())})))
     size = 16 << 30
-    with open(table / "_delta_log" / f"{1:020d}.json", "wb") as fh:
+    commit = table / "_delta_log" / f"{1:020d}.json"
+    with open(commit, "wb") as fh:
         for offset in range(32 << 20, size, 32 << 20):
             fh.seek(offset)
             fh.write(b"\n")
         fh.truncate(size)
     env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    subprocess.run([sys.executable, "-c", _ASK_IN_A_CHILD, str(table)], env=env, timeout=20, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", _ASK_IN_A_CHILD, str(table)], env=env, timeout=60, check=False,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.stdout.startswith("CorruptTableError"), done.stdout + done.stderr
+    assert str(commit) in done.stdout and "larger than 2147483648 bytes" in done.stdout
+    from airflow_eod.core.audit.verify import audit_table
+
+    with pytest.raises(CorruptTableError, match="larger than 2147483648 bytes"):
+        audit_table(str(table))

@@ -21,10 +21,11 @@ import pyarrow.parquet as pq
 from airflow_eod.core import bounded_json
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.delta.checkpoints import open_checkpoint
+from airflow_eod.core.delta.commits import commit_lines
 from airflow_eod.core.delta.reading import LOG_DIR
 from airflow_eod.core.errors import CorruptTableError
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.storage import Storage, object_lines
+from airflow_eod.core.storage import Storage
 from airflow_eod.core.table_ref import TableRef
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
@@ -146,7 +147,7 @@ def _commit_actions(store: Storage, key: str) -> list[dict[str, Any]]:
     head = store.head(key)
     # Size 0 (or gone since listed): object_lines still asks the storage, which refuses a
     # FIFO, or raises NotFound.
-    lines = object_lines(store, key, head.size if head else 0, limit=bounded_json.MAX_ACTION_LINE)
+    lines = commit_lines(store, key, head.size if head else 0)
     actions = [bounded_json.loads(line) for line in lines if line.strip()]
     if not all(isinstance(a, dict) for a in actions):
         raise TypeError("an action is not a JSON object")

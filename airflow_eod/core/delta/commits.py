@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from airflow_eod.core import bounded_json
-from airflow_eod.core.bounded_json import MAX_ACTION_LINE
+from airflow_eod.core.bounded_json import MAX_ACTION_LINE, MAX_COMMIT
 from airflow_eod.core.delta.reading import LOG_DIR
 from airflow_eod.core.errors import CorruptTableError
 from airflow_eod.core.storage import Storage, object_lines, storage_at
@@ -68,9 +68,9 @@ def read_commit_actions(
             raise CorruptTableError(table_path, path, str(exc)) from None  # a link, a FIFO, a device
         try:
             # Too large to hold whole: read in ranges, line by line, each line bounded.
-            return _wanted_actions(
-                ref, path, object_lines(store, key, head.size, limit=MAX_ACTION_LINE), wanted
-            )
+            return _wanted_actions(ref, path, commit_lines(store, key, head.size), wanted)
+        except bounded_json.JsonBoundError as too_large:
+            raise CorruptTableError(table_path, path, str(too_large)) from None
         except FileNotFoundError:
             return None  # removed while it was read (a log cleanup)
     # Most commits of a loaded table are a batch's adds and its marker: only lines that can
@@ -78,6 +78,17 @@ def read_commit_actions(
     if not any(b'"' + name.encode() + b'"' in data for name in wanted):
         return []
     return _wanted_actions(ref, path, data.splitlines(), wanted)
+
+
+def commit_lines(store: Storage, key: str, size: int) -> Iterator[bytes]:
+    """The lines of the commit at ``key`` (``size`` bytes when looked at), read in ranges,
+    each bounded; :class:`~airflow_eod.core.bounded_json.JsonBoundError` at once, unread,
+    when it claims more than :data:`~airflow_eod.core.bounded_json.MAX_COMMIT` bytes."""
+    if size > MAX_COMMIT:
+        raise bounded_json.JsonBoundError(
+            f"is larger than {MAX_COMMIT} bytes, which no Delta writer's commit is; it is not read"
+        )
+    return object_lines(store, key, size, limit=MAX_ACTION_LINE)
 
 
 def _wanted_actions(

@@ -37,7 +37,6 @@ from typing import Any
 from deltalake import DeltaTable
 
 from airflow_eod.core import bounded_json
-from airflow_eod.core.bounded_json import MAX_ACTION_LINE
 from airflow_eod.core.delta.checkpoint_index import read_index
 from airflow_eod.core.delta.checkpoint_search import checkpoint_holds, checkpoint_paths_under
 from airflow_eod.core.delta.checkpoints import (
@@ -54,7 +53,7 @@ from airflow_eod.core.delta.checkpoints import (
     read_checkpoint_markers,
     young,
 )
-from airflow_eod.core.delta.commits import COMMIT_NAME, commit_path, read_commit_actions
+from airflow_eod.core.delta.commits import COMMIT_NAME, commit_lines, commit_path, read_commit_actions
 from airflow_eod.core.delta.metadata import TableMetadata, TableProtocol, checked_metadata, checked_protocol
 from airflow_eod.core.delta.reading import (
     LOG_DIR,
@@ -67,7 +66,7 @@ from airflow_eod.core.delta.reading import (
 )
 from airflow_eod.core.delta.snapshot import Markers, TableLog, TableMarkers
 from airflow_eod.core.errors import CorruptTableError, EodError, UnsupportedTableError
-from airflow_eod.core.storage import Storage, object_lines, storage_at
+from airflow_eod.core.storage import Storage, storage_at
 from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
@@ -327,7 +326,7 @@ def _unparseable(ref: TableRef) -> str:
             key = f"{LOG_DIR}/{name}"
             try:
                 head = store.head(key)
-                for line in object_lines(store, key, head.size if head else 0, limit=MAX_ACTION_LINE):
+                for line in commit_lines(store, key, head.size if head else 0):
                     if line.strip():
                         bounded_json.loads(line)
             except OSError:
