@@ -121,6 +121,16 @@ def postgres() -> Iterator[Any]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """A SeaweedFS S3 server on 127.0.0.1 with a bucket, started for this test session."""
+    from tests.support.s3_server import S3Server
+
+    server = S3Server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def landing(tmp_path: Any) -> str:
     path = tmp_path / "landing"

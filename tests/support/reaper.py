@@ -75,7 +75,7 @@ def watch(actions: list[dict[str, Any]]) -> Reaper:
 
     Actions, run in order: ``{"stop_postgres": datadir, "bindir": ..., "as_user": [...]}``,
     ``{"kill_tree": pid}`` (SIGTERM the process and its descendants, SIGKILL what is left),
-    ``{"kill_group": pgid}`` and ``{"rmtree": path}``.
+    ``{"kill_group": pgid}``, ``{"rmtree": path}`` and ``{"unlink": path}`` (a file or socket).
     """
     # A pid in an action may be reused by an unrelated process by the time the watcher acts:
     # it acts only on the process that had that pid now, known by its start time.
@@ -204,6 +204,8 @@ def _run(actions: list[dict[str, Any]]) -> None:
                 _kill_group(int(action["kill_group"]), action.get("start_time"))
             elif "rmtree" in action:
                 shutil.rmtree(action["rmtree"], ignore_errors=True)
+            elif "unlink" in action:
+                os.unlink(action["unlink"])
 
 
 def main(argv: list[str]) -> int:

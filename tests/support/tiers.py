@@ -19,7 +19,13 @@ import pytest
 
 # Fixtures of tests/conftest.py that start a JVM or a server, with the marker a test using
 # them must carry.
-FIXTURE_NEEDS = {"spark": "spark", "postgres": "jdbc", "airflow_db": "airflow", "spark_cluster": "cluster"}
+FIXTURE_NEEDS = {
+    "spark": "spark",
+    "postgres": "jdbc",
+    "airflow_db": "airflow",
+    "spark_cluster": "cluster",
+    "s3_server": "objectstore",
+}
 
 
 def needs_markers(config: pytest.Config) -> frozenset[str]:

@@ -1,0 +1,301 @@
+"""The S3 backend of the storage seam, over obstore (the Python binding of the Rust
+``object_store`` crate that delta-rs commits with).
+
+Keys are relative to a root: a bucket and a prefix within it (``s3://bucket/prefix``). The
+six calls of :class:`~airflow_eod.core.storage.base.Storage` map to S3 as follows:
+
+- ``put_if_absent``: ``PutObject`` with ``If-None-Match: *`` (obstore's ``mode="create"``).
+  A 412 (obstore's ``AlreadyExistsError``) means the key is taken: someone else's write,
+  unless an ``attempt`` is given and the object read back is the bytes meant (this
+  attempt's write whose reply was lost, then retried). A 409 ``ConditionalRequestConflict``
+  (a concurrent conditional write still in flight) and a 503 ``SlowDown`` are retried with
+  bounded, jittered backoff. A timeout, a connection error or another 5xx after the request
+  was sent may have landed: :class:`~airflow_eod.core.storage.base.UnknownOutcome` is raised
+  and :func:`~airflow_eod.core.storage.base.put_settled` settles it by reading back.
+- ``put``: a plain ``PutObject`` (atomic for readers: a reader sees the old object or the
+  new one). ``private=True`` means nothing in S3: who may read an object is the bucket's
+  policy and the role's, not a mode of the object; it is accepted and ignored.
+- ``get``: ``GetObject``; with ``limit``, an object whose ``Content-Length`` is larger is
+  refused before its body is read (one request). ``get_range``: a ranged ``GetObject``.
+- ``head``: ``HeadObject``; :attr:`Head.tag` is the ETag, :attr:`Head.mtime_ns` the
+  ``Last-Modified`` time (whole seconds in S3).
+- ``list``: ``ListObjectsV2`` with ``Delimiter="/"`` (every page), the objects and
+  sub-prefixes directly under the prefix, sorted.
+- ``delete``: ``HeadObject`` then ``DeleteObject`` (S3 answers a delete of nothing with
+  204 too; the head tells "removed" from "nothing there"). ``delete_prefix``: a listing of
+  everything under the prefix, then ``DeleteObjects`` in batches.
+
+A store has no symbolic links, FIFOs or devices: every key names a plain object, so the
+refusals of the local backend (links, non-regular files) have nothing to refuse here; a key
+that could climb (``..``, ``.``, an empty segment, a leading ``/``) is still refused, so that
+no key names anything outside the root prefix (invariant I11).
+
+:attr:`S3Storage.requests` counts the requests this instance made, by S3 operation (the
+calls it made to obstore; obstore's own retries of a 5xx or a dropped connection inside one
+call are not seen).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import obstore
+from obstore.exceptions import AlreadyExistsError, PreconditionError
+from obstore.store import S3Store
+
+from airflow_eod.core.errors import UnsafePathError
+from airflow_eod.core.storage.base import BoundError, Head, NotFound, UnknownOutcome, check_attempt
+
+# Retries of a 409 ConditionalRequestConflict or a 503 SlowDown that reach this module (after
+# obstore's own retries of a 5xx), and the backoff between them.
+CONFLICT_RETRIES = 8
+BACKOFF_FIRST = 0.05
+BACKOFF_MAX = 2.0
+# Objects per DeleteObjects request (S3's limit is 1,000).
+DELETE_BATCH = 1000
+
+_STATUS = re.compile(r"status code: (\d{3})")
+
+# delta-rs' names of storage options (AWS_*) -> obstore's S3 configuration keys.
+_OPTIONS = {
+    "AWS_ENDPOINT_URL": "endpoint",
+    "AWS_ENDPOINT": "endpoint",
+    "AWS_ACCESS_KEY_ID": "access_key_id",
+    "AWS_SECRET_ACCESS_KEY": "secret_access_key",
+    "AWS_SESSION_TOKEN": "session_token",
+    "AWS_REGION": "region",
+    "AWS_DEFAULT_REGION": "region",
+    "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "virtual_hosted_style_request",
+}
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status in an obstore error's message, when the store answered at all."""
+    found = _STATUS.search(str(exc))
+    return int(found.group(1)) if found else None
+
+
+def _conflict(exc: BaseException) -> bool:
+    """A 409 ConditionalRequestConflict or a 503 SlowDown: retried after a backoff."""
+    text = str(exc)
+    return _status(exc) in (409, 503) or "ConditionalRequestConflict" in text or "SlowDown" in text
+
+
+def _backoff(n: int) -> None:
+    time.sleep(random.uniform(0, min(BACKOFF_MAX, BACKOFF_FIRST * 2**n)))
+
+
+def check_key(key: str, root: str, *, empty: bool = False) -> str:
+    """``key`` when it names something below the root; :class:`UnsafePathError` when a segment
+    could climb out of it (``..``, ``.``, an empty one, a leading ``/``)."""
+    if empty and key == "":
+        return key
+    parts = key.split("/")
+    if key.startswith("/") or any(p in ("", ".", "..") or "\0" in p for p in parts):
+        raise UnsafePathError(None, f"storage key {key!r} is not a relative name below {root}")
+    return key
+
+
+class S3Storage:
+    """The bytes under ``s3://bucket/prefix`` (a table's root).
+
+    :param bucket: the bucket.
+    :param prefix: the root prefix within it (no leading or trailing ``/``); keys are below it.
+    :param config: obstore's S3 configuration (``endpoint``, ``region``, ``access_key_id``,
+        ``secret_access_key``, ...).
+    :param client_options: obstore's HTTP client options (``allow_http``, ``timeout``, ...).
+    :param retry_config: obstore's retry configuration; by default 3 retries within 30 s.
+    """
+
+    def __init__(
+        self,
+        *,
+        bucket: str,
+        prefix: str = "",
+        config: Mapping[str, Any] | None = None,
+        client_options: Mapping[str, Any] | None = None,
+        retry_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        from datetime import timedelta
+
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.root = f"s3://{bucket}/{self.prefix}".rstrip("/")
+        if self.prefix:
+            check_key(self.prefix, f"s3://{bucket}")
+        retry = retry_config or {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
+        self._store = S3Store(
+            bucket,
+            prefix=self.prefix or None,
+            config=dict(config or {}),  # type: ignore[arg-type]
+            client_options=dict(client_options or {}),  # type: ignore[arg-type]
+            retry_config=dict(retry),  # type: ignore[arg-type]
+        )
+        self.requests: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, options: Mapping[str, str] | None = None) -> S3Storage:
+        """The storage at ``s3://bucket/prefix``, with storage options named as delta-rs names
+        them (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_REGION``, ``AWS_ALLOW_HTTP``...).
+
+        :raises ValueError: when ``url`` is no ``s3://`` URL with a bucket, or an option is unknown.
+        """
+        scheme, _, rest = url.partition("://")
+        bucket, _, prefix = rest.partition("/")
+        if scheme not in ("s3", "s3a") or not bucket:
+            raise ValueError(f"not an S3 URL with a bucket: {url!r}")
+        config: dict[str, Any] = {}
+        client: dict[str, Any] = {}
+        for name, value in (options or {}).items():
+            upper = name.upper()
+            if upper == "AWS_ALLOW_HTTP":
+                client["allow_http"] = str(value).lower() in ("1", "true", "yes")
+            elif upper in _OPTIONS:
+                config[_OPTIONS[upper]] = value
+            else:
+                raise ValueError(f"unknown S3 storage option {name!r}")
+        return cls(bucket=bucket, prefix=prefix, config=config, client_options=client)
+
+    def _count(self, operation: str, n: int = 1) -> None:
+        with self._lock:
+            self.requests[operation] += n
+
+    def where(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    # -- reading -------------------------------------------------------------------
+    def get(self, key: str, *, limit: int | None = None) -> bytes:
+        check_key(key, self.root)
+        self._count("GetObject")
+        try:
+            result = obstore.get(self._store, key)
+        except FileNotFoundError as exc:
+            raise NotFound(2, "no such object", self.where(key)) from exc
+        if limit is not None and int(result.meta["size"]) > limit:
+            raise BoundError(f"is larger than {limit} bytes")  # its body is never read
+        data = bytes(result.bytes())
+        if limit is not None and len(data) > limit:
+            raise BoundError(f"is larger than {limit} bytes")
+        return data
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        check_key(key, self.root)
+        if length <= 0:
+            if self.head(key) is None:
+                raise NotFound(2, "no such object", self.where(key))
+            return b""
+        self._count("GetObject")
+        try:
+            return bytes(obstore.get_range(self._store, key, start=start, length=length))
+        except FileNotFoundError as exc:
+            raise NotFound(2, "no such object", self.where(key)) from exc
+        except obstore.exceptions.BaseError as exc:
+            if _status(exc) == 416:  # the range starts at or past the end: nothing there
+                return b""
+            raise
+
+    def head(self, key: str) -> Head | None:
+        check_key(key, self.root)
+        self._count("HeadObject")
+        try:
+            meta = obstore.head(self._store, key)
+        except FileNotFoundError:
+            return None
+        return Head(int(meta["size"]), int(meta["last_modified"].timestamp() * 1e9), str(meta["e_tag"] or ""))
+
+    def list(self, prefix: str) -> list[str]:
+        directory = check_key(prefix.strip("/"), self.root, empty=True)
+        self._count("ListObjectsV2")
+        found = obstore.list_with_delimiter(self._store, directory or None)
+        cut = len(directory) + 1 if directory else 0
+        names = [p[cut:] for p in found["common_prefixes"]]
+        names += [o["path"][cut:] for o in found["objects"]]
+        return sorted(n for n in names if n)
+
+    # -- writing -------------------------------------------------------------------
+    def put_if_absent(self, key: str, data: bytes, *, attempt: str | None = None) -> bool:
+        check_attempt(data, attempt)
+        check_key(key, self.root)
+        for n in range(CONFLICT_RETRIES + 1):
+            self._count("PutObject(If-None-Match)")
+            try:
+                obstore.put(self._store, key, data, mode="create", use_multipart=False)
+                return True
+            except (AlreadyExistsError, PreconditionError) as exc:
+                if _status(exc) == 409 or "ConditionalRequestConflict" in str(exc):
+                    if n < CONFLICT_RETRIES:
+                        _backoff(n)
+                        continue
+                    raise UnknownOutcome(f"put-if-absent of {self.where(key)}: still in conflict") from exc
+                # 412: the key is taken. Ours only if this attempt's bytes are there (a reply
+                # lost and the request retried, by obstore or by the writer).
+                if attempt is None:
+                    return False
+                held = self._holds(key, data)
+                if held is not None:
+                    return held
+                # Taken, then gone (removed meanwhile): put again.
+            except (FileNotFoundError, PermissionError):
+                raise
+            except obstore.exceptions.BaseError as exc:
+                status = _status(exc)
+                if _conflict(exc) and n < CONFLICT_RETRIES:
+                    _backoff(n)
+                    continue
+                if status is not None and 400 <= status < 500:
+                    raise  # refused (403, 400): nothing was written
+                # A timeout, a dropped connection or a 5xx after the request was sent.
+                raise UnknownOutcome(f"put-if-absent of {self.where(key)}: {exc}") from exc
+        raise UnknownOutcome(f"put-if-absent of {self.where(key)}: still unsettled")
+
+    def _holds(self, key: str, data: bytes) -> bool | None:
+        """Whether the object at ``key`` is ``data`` exactly (read back, bounded by it);
+        ``None`` when there is none."""
+        try:
+            return self.get(key, limit=len(data)) == data
+        except NotFound:
+            return None
+        except BoundError:
+            return False
+
+    def put(self, key: str, data: bytes, *, private: bool = False) -> None:
+        """A plain ``PutObject``; ``private`` has no meaning in S3 (the bucket policy decides
+        who reads an object) and is ignored."""
+        check_key(key, self.root)
+        for n in range(CONFLICT_RETRIES + 1):
+            self._count("PutObject")
+            try:
+                obstore.put(self._store, key, data, use_multipart=False)
+                return
+            except obstore.exceptions.BaseError as exc:
+                if _conflict(exc) and n < CONFLICT_RETRIES:
+                    _backoff(n)
+                    continue
+                raise
+
+    def delete(self, key: str) -> bool:
+        if self.head(key) is None:
+            return False
+        self._count("DeleteObject")
+        obstore.delete(self._store, key)
+        return True
+
+    def delete_prefix(self, prefix: str) -> bool:
+        directory = check_key(prefix.strip("/"), self.root)
+        keys: list[str] = []
+        for page in obstore.list(self._store, directory + "/", chunk_size=DELETE_BATCH):
+            self._count("ListObjectsV2")
+            keys += [o["path"] for o in page]
+        # obstore lists "d/g0-a/" by its path segments: "d/g0-ab/..." is not under it.
+        keys = [k for k in keys if k.startswith(directory + "/")]
+        for i in range(0, len(keys), DELETE_BATCH):
+            self._count("DeleteObjects")
+            obstore.delete(self._store, keys[i : i + DELETE_BATCH])
+        return bool(keys)
