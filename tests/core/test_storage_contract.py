@@ -16,6 +16,7 @@ from airflow_eod.core.errors import UnsafePathError
 from airflow_eod.core.storage import BoundError, LocalStorage, NotFound, Storage, object_lines, settle_put
 from airflow_eod.core.storage import local as local_backend
 
+
 def _s3(request: pytest.FixtureRequest, tmp_path: Any) -> Storage:
     """The S3 backend on the session's SeaweedFS server, under a prefix of this test's own."""
     from airflow_eod.core.storage.object_store import S3Storage

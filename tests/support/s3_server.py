@@ -163,7 +163,9 @@ class S3Server:
                 if b"created bucket" in done.stdout or b"already exist" in done.stdout:
                     return
             time.sleep(0.3)
-        raise RuntimeError(f"SeaweedFS S3 on {self.endpoint} not ready in {READY_SECONDS}s: {self.log_tail()}")
+        raise RuntimeError(
+            f"SeaweedFS S3 on {self.endpoint} not ready in {READY_SECONDS}s: {self.log_tail()}"
+        )
 
     def _answers(self) -> bool:
         """The S3 port answers HTTP (403 without a signature is an answer)."""
