@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -67,11 +68,14 @@ def restate(source: Any, table: str, plan: Plan, run: str = "restate-run") -> Pl
 
 
 def spec_for(source: LandingFilesSource, table: str, plan: Plan, try_number: int = 1, **kw: Any) -> LoadSpec:
+    """The spec of ``plan``; ``kw`` may name settings (``engine=...``) and spec fields alike."""
+    names = {f.name for f in dataclasses.fields(LoadSettings)}
+    settings = {k: kw.pop(k) for k in list(kw) if k in names}
     return LoadSpec(
         table=TableRef.parse(table),
         plan=plan,
         source=source,
-        settings=LoadSettings(run_id="run-1", try_number=try_number),
+        settings=LoadSettings(**{"run_id": "run-1", "try_number": try_number, **settings}),
         **kw,
     )
 
