@@ -16,11 +16,7 @@ treat an unbounded one the same way.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from typing import Any, BinaryIO
-
-import pyarrow.parquet as pq
 
 from airflow_eod.core.storage import local
 from airflow_eod.core.storage.base import BoundError
@@ -96,13 +92,6 @@ def open_regular(path: str) -> BinaryIO:
     return local.open_regular(path)
 
 
-def open_parquet(path: str) -> pq.ParquetFile:
-    """A Parquet file of a table (a checkpoint), opened as :func:`open_regular` opens: never
-    through a link, never a FIFO or device (a read that never ends would hold the shared
-    triggerer's threads). The file object is closed with the ParquetFile's reader."""
-    return pq.ParquetFile(open_regular(path))
-
-
 def read_bytes(path: str, limit: int) -> bytes:
     """The bytes of the regular file at ``path`` (see :func:`open_regular`), reading no more
     than ``limit`` + 1 of them; :class:`JsonBoundError` when it holds more than ``limit``."""
@@ -111,23 +100,3 @@ def read_bytes(path: str, limit: int) -> bytes:
     if len(data) > limit:
         raise JsonBoundError(f"is larger than {limit} bytes")
     return data
-
-
-def read(path: str, limit: int = MAX_SMALL_FILE) -> Any:
-    """The JSON in the file at ``path``, bounded (see :func:`loads` and :func:`read_bytes`)."""
-    return loads(read_bytes(path, limit))
-
-
-def json_lines(fh: BinaryIO, limit: int = MAX_ACTION_LINE) -> Iterator[bytes]:
-    """The lines of ``fh`` (a file from :func:`open_regular`), up to the size it had when
-    this began, each read only up to ``limit`` + 1 bytes: :class:`JsonBoundError` at the
-    first line longer than ``limit``."""
-    left = os.fstat(fh.fileno()).st_size - fh.tell()
-    while left > 0:
-        line = fh.readline(min(limit + 1, left))
-        if not line:
-            return
-        left -= len(line)
-        if len(line) > limit:
-            raise JsonBoundError(f"has a line longer than {limit} bytes")
-        yield line

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlparse
 
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.storage import Storage, storage_at
-from airflow_eod.core.table_layout import DATA_DIR, META_DIR, path_part, under
+from airflow_eod.core.table_layout import META_DIR, path_part, under
 
 
 def _local_path(uri: str) -> str:
@@ -105,11 +105,6 @@ class TableRef:
     def plan_logs_key(self) -> str:
         """The storage key under which every pipeline's plan log lives."""
         return f"{META_DIR}/pipelines"
-
-    @property
-    def attempts_key(self) -> str:
-        """The storage key under which the data of every batch attempt lives."""
-        return DATA_DIR
 
     def dir(self, rel_dir: str) -> str:
         """The local path of ``rel_dir`` (from :func:`~airflow_eod.core.table_layout.batch_dir`

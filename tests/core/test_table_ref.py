@@ -45,11 +45,10 @@ def test_the_asset_uri_is_percent_encoded_and_never_gains_a_host() -> None:
     assert TableRef.parse("//lake/t").asset_uri == "file:///lake/t"
 
 
-def test_the_plan_log_and_attempt_keys_are_inside_the_table() -> None:
+def test_the_plan_log_keys_are_inside_the_table() -> None:
     ref = TableRef.parse("/lake/t")
     assert ref.plan_log_key("tests.p") == "_eod/pipelines/tests.p"
     assert ref.plan_logs_key == "_eod/pipelines"
-    assert ref.attempts_key == "eod_data"
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import PlanLogError
 from airflow_eod.core.planlog.plan import INTERVAL, OFFSETS, PLAN_FORMAT, Plan
 from airflow_eod.core.storage import put_settled
-from airflow_eod.core.table_layout import META_DIR, path_part
+from airflow_eod.core.table_layout import path_part
 from airflow_eod.core.table_ref import TableRef
 
 __all__ = ["INTERVAL", "OFFSETS", "PLAN_FORMAT", "Plan", "PlanLog", "record_name", "recorded_generations"]
@@ -84,7 +84,7 @@ class PlanLog:
         self.pipeline_id = validate_pipeline_id(pipeline_id)
         self.ref = ref
         self.table_path = ref.path
-        self.root = os.path.join(self.table_path, META_DIR, "pipelines", pipeline_id)
+        self.root = os.path.join(self.table_path, *ref.plan_log_key(self.pipeline_id).split("/"))
         self._target_checked = False
         # The table's bytes. Short-lived, as this instance is: the directories it found to be
         # no link are not looked at again.
@@ -94,7 +94,7 @@ class PlanLog:
     def _key(self, *parts: str) -> str:
         """The storage key of an entry: every part one safe name (batch keys, table ids and
         names listed here come from the table's files)."""
-        parts = (META_DIR, "pipelines", self.pipeline_id, *parts)
+        parts = (*self.ref.plan_log_key(self.pipeline_id).split("/"), *parts)
         return "/".join(path_part(part, "plan-log name") for part in parts)
 
     def _path(self, *parts: str) -> str:
