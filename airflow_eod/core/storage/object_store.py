@@ -1,5 +1,9 @@
-"""The S3 backend of the storage seam, over obstore (the Python binding of the Rust
+"""The object-store backend of the storage seam, over obstore (the Python binding of the Rust
 ``object_store`` crate that delta-rs commits with).
+
+:class:`ObjectStorage` holds what every store shares; :class:`S3Storage` (here), and the
+Azure and GCS classes beside it, say how a URL and delta-rs' storage options become an
+obstore store, and which answers of their store mean "retry" and "the key is taken".
 
 Keys are relative to a root: a bucket and a prefix within it (``s3://bucket/prefix``). The
 six calls of :class:`~airflow_eod.core.storage.base.Storage` map to S3 as follows:
@@ -30,7 +34,7 @@ refusals of the local backend (links, non-regular files) have nothing to refuse 
 that could climb (``..``, ``.``, an empty segment, a leading ``/``) is still refused, so that
 no key names anything outside the root prefix (invariant I11).
 
-:attr:`S3Storage.requests` counts the requests this instance made, by S3 operation (the
+:attr:`ObjectStorage.requests` counts the requests this instance made, by S3 operation (the
 calls it made to obstore; obstore's own retries of a 5xx or a dropped connection inside one
 call are not seen).
 """
@@ -43,11 +47,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import obstore
 from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import S3Store
+
+if TYPE_CHECKING:
+    from obstore.store import ObjectStore
 
 from airflow_eod.core.errors import UnsafePathError
 from airflow_eod.core.storage.base import BoundError, Head, NotFound, UnknownOutcome, check_attempt
@@ -81,12 +88,6 @@ def _status(exc: BaseException) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def _conflict(exc: BaseException) -> bool:
-    """A 409 ConditionalRequestConflict or a 503 SlowDown: retried after a backoff."""
-    text = str(exc)
-    return _status(exc) in (409, 503) or "ConditionalRequestConflict" in text or "SlowDown" in text
-
-
 def _backoff(n: int) -> None:
     time.sleep(random.uniform(0, min(BACKOFF_MAX, BACKOFF_FIRST * 2**n)))
 
@@ -102,66 +103,31 @@ def check_key(key: str, root: str, *, empty: bool = False) -> str:
     return key
 
 
-class S3Storage:
-    """The bytes under ``s3://bucket/prefix`` (a table's root).
+class ObjectStorage:
+    """The bytes under one root of an object store (a table's root), over an obstore store.
 
-    :param bucket: the bucket.
-    :param prefix: the root prefix within it (no leading or trailing ``/``); keys are below it.
-    :param config: obstore's S3 configuration (``endpoint``, ``region``, ``access_key_id``,
-        ``secret_access_key``, ...).
-    :param client_options: obstore's HTTP client options (``allow_http``, ``timeout``, ...).
-    :param retry_config: obstore's retry configuration; by default 3 retries within 30 s.
+    Subclasses build the store from a URL (``from_url``) and may say which errors of their
+    store are a conflict to retry (:meth:`_retryable`) rather than a refusal.
+
+    :param store: the obstore store, already rooted at the prefix.
+    :param root: the root as a URL, for messages (``s3://bucket/prefix``).
     """
 
-    def __init__(
-        self,
-        *,
-        bucket: str,
-        prefix: str = "",
-        config: Mapping[str, Any] | None = None,
-        client_options: Mapping[str, Any] | None = None,
-        retry_config: Mapping[str, Any] | None = None,
-    ) -> None:
-        from datetime import timedelta
-
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self.root = f"s3://{bucket}/{self.prefix}".rstrip("/")
-        if self.prefix:
-            check_key(self.prefix, f"s3://{bucket}")
-        retry = retry_config or {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
-        self._store = S3Store(
-            bucket,
-            prefix=self.prefix or None,
-            config=dict(config or {}),  # type: ignore[arg-type]
-            client_options=dict(client_options or {}),  # type: ignore[arg-type]
-            retry_config=dict(retry),  # type: ignore[arg-type]
-        )
+    def __init__(self, *, store: ObjectStore, root: str) -> None:
+        self._store = store
+        self.root = root.rstrip("/")
         self.requests: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    @classmethod
-    def from_url(cls, url: str, options: Mapping[str, str] | None = None) -> S3Storage:
-        """The storage at ``s3://bucket/prefix``, with storage options named as delta-rs names
-        them (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_REGION``, ``AWS_ALLOW_HTTP``...).
+    def _retryable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the store asking to be asked again (throttling, a conflicting
+        write in flight), so that a backoff and the same request are the answer."""
+        return _status(exc) == 503 or "SlowDown" in str(exc)
 
-        :raises ValueError: when ``url`` is no ``s3://`` URL with a bucket, or an option is unknown.
-        """
-        scheme, _, rest = url.partition("://")
-        bucket, _, prefix = rest.partition("/")
-        if scheme not in ("s3", "s3a") or not bucket:
-            raise ValueError(f"not an S3 URL with a bucket: {url!r}")
-        config: dict[str, Any] = {}
-        client: dict[str, Any] = {}
-        for name, value in (options or {}).items():
-            upper = name.upper()
-            if upper == "AWS_ALLOW_HTTP":
-                client["allow_http"] = str(value).lower() in ("1", "true", "yes")
-            elif upper in _OPTIONS:
-                config[_OPTIONS[upper]] = value
-            else:
-                raise ValueError(f"unknown S3 storage option {name!r}")
-        return cls(bucket=bucket, prefix=prefix, config=config, client_options=client)
+    def _taken_conflict(self, exc: BaseException) -> bool:
+        """Whether a conditional put's "already exists" error is in fact a conflict with a
+        write still in flight (S3's 409 ConditionalRequestConflict), to be retried."""
+        return False
 
     def _count(self, operation: str, n: int = 1) -> None:
         with self._lock:
@@ -229,7 +195,7 @@ class S3Storage:
                 obstore.put(self._store, key, data, mode="create", use_multipart=False)
                 return True
             except (AlreadyExistsError, PreconditionError) as exc:
-                if _status(exc) == 409 or "ConditionalRequestConflict" in str(exc):
+                if self._taken_conflict(exc):
                     if n < CONFLICT_RETRIES:
                         _backoff(n)
                         continue
@@ -246,7 +212,7 @@ class S3Storage:
                 raise
             except obstore.exceptions.BaseError as exc:
                 status = _status(exc)
-                if _conflict(exc) and n < CONFLICT_RETRIES:
+                if self._retryable(exc) and n < CONFLICT_RETRIES:
                     _backoff(n)
                     continue
                 if status is not None and 400 <= status < 500:
@@ -275,7 +241,7 @@ class S3Storage:
                 obstore.put(self._store, key, data, use_multipart=False)
                 return
             except obstore.exceptions.BaseError as exc:
-                if _conflict(exc) and n < CONFLICT_RETRIES:
+                if self._retryable(exc) and n < CONFLICT_RETRIES:
                     _backoff(n)
                     continue
                 raise
@@ -299,3 +265,74 @@ class S3Storage:
             self._count("DeleteObjects")
             obstore.delete(self._store, keys[i : i + DELETE_BATCH])
         return bool(keys)
+
+
+class S3Storage(ObjectStorage):
+    """The bytes under ``s3://bucket/prefix`` (a table's root).
+
+    :param bucket: the bucket.
+    :param prefix: the root prefix within it (no leading or trailing ``/``); keys are below it.
+    :param config: obstore's S3 configuration (``endpoint``, ``region``, ``access_key_id``,
+        ``secret_access_key``, ...).
+    :param client_options: obstore's HTTP client options (``allow_http``, ``timeout``, ...).
+    :param retry_config: obstore's retry configuration; by default 3 retries within 30 s.
+    """
+
+    def __init__(
+        self,
+        *,
+        bucket: str,
+        prefix: str = "",
+        config: Mapping[str, Any] | None = None,
+        client_options: Mapping[str, Any] | None = None,
+        retry_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        if self.prefix:
+            check_key(self.prefix, f"s3://{bucket}")
+        store = S3Store(
+            bucket,
+            prefix=self.prefix or None,
+            config=dict(config or {}),  # type: ignore[arg-type]
+            client_options=dict(client_options or {}),  # type: ignore[arg-type]
+            retry_config=dict(retry_config or default_retry()),  # type: ignore[arg-type]
+        )
+        super().__init__(store=store, root=f"s3://{bucket}/{self.prefix}")
+
+    @classmethod
+    def from_url(cls, url: str, options: Mapping[str, str] | None = None) -> S3Storage:
+        """The storage at ``s3://bucket/prefix``, with storage options named as delta-rs names
+        them (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_REGION``, ``AWS_ALLOW_HTTP``...).
+
+        :raises ValueError: when ``url`` is no ``s3://`` URL with a bucket, or an option is unknown.
+        """
+        scheme, _, rest = url.partition("://")
+        bucket, _, prefix = rest.partition("/")
+        if scheme not in ("s3", "s3a") or not bucket:
+            raise ValueError(f"not an S3 URL with a bucket: {url!r}")
+        config: dict[str, Any] = {}
+        client: dict[str, Any] = {}
+        for name, value in (options or {}).items():
+            upper = name.upper()
+            if upper == "AWS_ALLOW_HTTP":
+                client["allow_http"] = str(value).lower() in ("1", "true", "yes")
+            elif upper in _OPTIONS:
+                config[_OPTIONS[upper]] = value
+            else:
+                raise ValueError(f"unknown S3 storage option {name!r}")
+        return cls(bucket=bucket, prefix=prefix, config=config, client_options=client)
+
+    def _retryable(self, exc: BaseException) -> bool:
+        text = str(exc)
+        return _status(exc) in (409, 503) or "ConditionalRequestConflict" in text or "SlowDown" in text
+
+    def _taken_conflict(self, exc: BaseException) -> bool:
+        return _status(exc) == 409 or "ConditionalRequestConflict" in str(exc)
+
+
+def default_retry() -> dict[str, Any]:
+    """obstore's retries inside one call: 3 within 30 s."""
+    from datetime import timedelta
+
+    return {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
