@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import time
 from collections.abc import Mapping
@@ -118,6 +117,7 @@ def _create_table(
             mode="error",
             partition_by=staged.partition_by or None,
             configuration=dict(config),
+            storage_options=ref.storage_options or None,
             commit_properties=props,
         )
     except DeltaError as exc:
@@ -153,9 +153,9 @@ def commit_batch(
     :returns: ``(we_committed, status)`` where ``status`` is the table's answer after the
         commit (or the answer that showed the batch was already there).
     """
-    path = ref.path
     config = {RETENTION_KEY: DEFAULT_RETENTION, **(table_configuration or {})}
-    missing = [f.path for f in staged.files if not os.path.isfile(os.path.join(path, f.path))]
+    store = ref.storage()
+    missing = [f.path for f in staged.files if store.head(f.path) is None]
     if missing:
         # A VACUUM (or a person) removed staged files that were waiting for their commit: a
         # commit of them would make every later read of the table fail.

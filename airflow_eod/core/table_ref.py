@@ -7,20 +7,45 @@ airflow-eod keeps its plan log and the data of its attempts. Every function belo
 operators and the CLI takes a :class:`TableRef`, never the string, so no layer parses a URI
 again and no layer assumes a POSIX path that the reference did not give it.
 
-This release knows one kind of location, a local or shared POSIX path; object stores
-(issue 21) are new kinds of :class:`TableRef`, with a storage backend of their own.
+A location is a local or shared POSIX path, or an object store's URI: ``s3://bucket/prefix``
+(``s3a://`` reads as ``s3://``), ``az://container/prefix`` (``abfs[s]://container@account...``
+as written) or ``gs://bucket/prefix``. An object store's reference also carries its storage
+options, named as delta-rs names them (``AWS_ENDPOINT_URL``, ``AZURE_STORAGE_ACCOUNT_NAME``,
+...). They may hold secrets: they are never printed, compared or serialised with the
+reference (a spec or a plan carries the location only; the options come from the connection
+each time).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.storage import Storage, storage_at
 from airflow_eod.core.table_layout import META_DIR, path_part, under
+
+# The object stores a table may live on, by URI scheme, and the scheme a location is kept in.
+OBJECT_SCHEMES = {"s3": "s3", "s3a": "s3", "az": "az", "abfs": "abfs", "abfss": "abfss", "gs": "gs"}
+
+
+def _object_location(uri: str, scheme: str, rest: str) -> str:
+    """The canonical ``scheme://bucket/prefix`` of an object store URI (no trailing ``/``)."""
+    bucket, _, prefix = rest.partition("/")
+    parts = [p for p in prefix.split("/") if p != ""]
+    if not bucket or not parts:
+        # A table at a bucket's root would share it with everything else in the bucket, and
+        # the clean-up and the plan log assume a root of their own.
+        raise ConfigurationError(f"table URI {uri!r} names no folder in the bucket: use {scheme}://bucket/table")
+    if any(p in (".", "..") or "\\" in p for p in parts) or "%" in rest or "?" in rest or "#" in rest:
+        raise ConfigurationError(
+            f"table URI {uri!r}: a '.', '..', '%', '?' or '#' in the path is refused (delta-rs and "
+            "Spark read them differently, so a committed batch could not be found again)"
+        )
+    return f"{OBJECT_SCHEMES[scheme]}://{bucket}/{'/'.join(parts)}"
 
 
 def _local_path(uri: str) -> str:
@@ -40,9 +65,12 @@ def _local_path(uri: str) -> str:
         return os.path.abspath(path)
     if len(parsed.scheme) == 1:  # a Windows drive letter, not a scheme
         return os.path.abspath(uri)
+    scheme = parsed.scheme.lower()
+    if scheme in OBJECT_SCHEMES:
+        return _object_location(uri, scheme, uri.split("://", 1)[1])
     raise ConfigurationError(
-        f"table URI {uri!r}: only local or shared-filesystem paths (or file:// URIs) "
-        "are supported by this release, because the plan log needs put-if-absent files"
+        f"table URI {uri!r}: a table is a local or shared-filesystem path, a file:// URI or an "
+        f"object store's URI ({', '.join(sorted(f'{s}://' for s in OBJECT_SCHEMES))})"
     )
 
 
@@ -53,38 +81,66 @@ class TableRef:
     Two references to the same table compare equal, however the user spelled it
     (``/lake/t``, ``file:///lake/t``, ``/lake/./t``).
 
-    :param location: the canonical location: the absolute path of the table's root.
+    :param location: the canonical location: the absolute path of the table's root, or its
+        object store URI (``s3://bucket/prefix``).
+    :param options: the object store's storage options, named as delta-rs names them; never
+        printed or compared (they may hold secrets), and empty for a local table.
     """
 
     location: str
+    options: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
-    def parse(cls, uri: str | TableRef) -> TableRef:
-        """The reference to the table ``uri`` names (a reference is returned as it is).
+    def parse(cls, uri: str | TableRef, options: Mapping[str, str] | None = None) -> TableRef:
+        """The reference to the table ``uri`` names (a reference is returned as it is, or with
+        ``options`` when they are given).
 
-        :param uri: a local path or a ``file://`` URI, as the user wrote it.
-        :raises ConfigurationError: for a URI this release cannot load into (an object
-            store, a path with ``%``), naming the URI and the cause.
+        :param uri: a local path, a ``file://`` URI or an object store URI, as the user wrote it.
+        :param options: the object store's storage options (delta-rs' names).
+        :raises ConfigurationError: for a URI this release cannot load into (another scheme,
+            a path with ``%``, a bucket without a folder), naming the URI and the cause.
         """
+        pairs = tuple(sorted((str(k), str(v)) for k, v in (options or {}).items()))
         if isinstance(uri, TableRef):
-            return uri
+            return uri if options is None else cls(location=uri.location, options=pairs)
         if not isinstance(uri, str):
-            raise ConfigurationError(f"a table is named by a path or a file:// URI, not {uri!r}")
-        return cls(location=_local_path(uri))
+            raise ConfigurationError(f"a table is named by a path or a URI, not {uri!r}")
+        location = _local_path(uri)
+        if pairs and "://" not in location:
+            raise ConfigurationError(f"table {location} is a local path: storage options mean nothing to it")
+        return cls(location=location, options=pairs)
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the table lives on a local or shared POSIX file system (not an object store)."""
+        return "://" not in self.location
+
+    @property
+    def scheme(self) -> str:
+        """``file`` for a local table, else the object store's scheme (``s3``, ``az``, ``gs``...)."""
+        return "file" if self.is_local else self.location.split("://", 1)[0]
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """The storage options (delta-rs' names) for ``DeltaTable(..., storage_options=)``."""
+        return dict(self.options)
 
     def __str__(self) -> str:
         return self.location
 
     @property
     def path(self) -> str:
-        """The table root on the local (or shared, POSIX) filesystem, for the engines that
-        read it by path (delta-rs, Spark) and for messages."""
+        """The table root as delta-rs reads it: the path on the local (or shared, POSIX) file
+        system, or the object store URI; also what messages name."""
         return self.location
 
     @property
     def asset_uri(self) -> str:
         """The table as an Airflow Asset URI: ``file://`` and the absolute path,
-        percent-encoded (Airflow drops a URI's fragment, so a ``#`` must not stay raw)."""
+        percent-encoded (Airflow drops a URI's fragment, so a ``#`` must not stay raw), or
+        the object store URI as it is."""
+        if not self.is_local:
+            return self.location
         # POSIX leaves a path that starts with exactly two slashes to the system (Linux reads
         # it as one); "file:////x" would become host "x" in Airflow's URI normalisation.
         return Path("/" + self.location.lstrip("/")).as_uri()
@@ -95,7 +151,7 @@ class TableRef:
         A new, short-lived storage on each call: the local backend remembers which
         directories it found to be no link, which must not outlive one read or write.
         """
-        return storage_at(self.location)
+        return storage_at(self.location, self.storage_options)
 
     def plan_log_key(self, pipeline_id: str) -> str:
         """The storage key of the plan log of ``pipeline_id`` in this table."""
@@ -107,9 +163,12 @@ class TableRef:
         return f"{META_DIR}/pipelines"
 
     def dir(self, rel_dir: str) -> str:
-        """The local path of ``rel_dir`` (from :func:`~airflow_eod.core.table_layout.batch_dir`
-        or :func:`~airflow_eod.core.table_layout.attempt_dir`) in the table, refused when a link
+        """The local path (or object store URI) of ``rel_dir`` (from
+        :func:`~airflow_eod.core.table_layout.batch_dir` or
+        :func:`~airflow_eod.core.table_layout.attempt_dir`) in the table, refused when a link
         on the way leads out of the table."""
+        if not self.is_local:
+            return f"{self.location}/{'/'.join(path_part(p) for p in rel_dir.split('/'))}"
         return under(self.location, *rel_dir.split("/"))
 
 

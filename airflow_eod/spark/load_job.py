@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -135,11 +134,9 @@ def _write(
             # directory and nothing will commit it, and a refused batch may never reach the
             # batch's cleanup.
             try:
-                where = spec.table.dir(attempt_dir(batch, spec.generation, spec.attempt_id))
-            except UnsafePathError:
+                spec.table.storage().delete_prefix(attempt_dir(batch, spec.generation, spec.attempt_id))
+            except (UnsafePathError, OSError):
                 pass  # a link leads out of the table: nothing was written there, nothing is removed
-            else:
-                shutil.rmtree(where, ignore_errors=True)
             try:
                 split.explain_failure(exc)  # malformed records stopped a FAILFAST write: say which
             except MalformedInputError:

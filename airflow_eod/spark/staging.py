@@ -13,8 +13,9 @@ from urllib.parse import quote, unquote
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.delta.parquet_stats import file_stats
-from airflow_eod.core.errors import BatchRefusedError, UnsafePathError
+from airflow_eod.core.errors import BatchRefusedError, ConfigurationError, UnsafePathError
 from airflow_eod.core.staged_files import StagedBatch, StagedFile
+from airflow_eod.core.storage.object_file import open_object
 from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.core.table_ref import TableRef
 
@@ -69,6 +70,59 @@ def _ascii_partition_dirs(out: str, label: str) -> None:
                 os.rename(os.path.join(dirpath, name), os.path.join(dirpath, plain))
 
 
+def spark_uri(ref: TableRef, location: str) -> str:
+    """The URI Spark's Hadoop file systems write ``location`` (in the table ``ref``) by."""
+    if ref.is_local:
+        return f"file://{location}"
+    if ref.scheme == "s3":
+        return "s3a://" + location.split("://", 1)[1]
+    raise ConfigurationError(f"{ref}: Spark does not write to {ref.scheme}:// in this release")
+
+
+def _partition_values(segments: list[str], label: str) -> dict[str, str | None]:
+    parts: dict[str, str | None] = {}
+    for seg in segments:
+        if "=" in seg:
+            if not _PLAIN.fullmatch(seg):
+                # A store has no rename: the folder cannot be given deltalake's spelling (see
+                # _ascii_partition_dirs), so the batch is refused and its files removed.
+                raise BatchRefusedError(
+                    label,
+                    f"the partition folder {seg!r} is not plain ASCII; on an object store the "
+                    "partition values must be ASCII letters, digits and ._- . Nothing was committed",
+                )
+            col, _, raw = seg.partition("=")
+            value = unquote(raw)
+            parts[unquote(col)] = None if value == _HIVE_NULL else value
+    return parts
+
+
+def _stored_files(ref: TableRef, rel_dir: str, label: str) -> list[StagedFile]:
+    """The Parquet files Spark wrote under ``rel_dir`` on the table's object store, listed and
+    their footers read through the storage seam (one listing per folder, one ranged read or
+    two per file)."""
+    store = ref.storage()
+    files: list[StagedFile] = []
+    folders = [rel_dir]
+    while folders:
+        folder = folders.pop()
+        for name in store.list(folder):
+            key = f"{folder}/{name}"
+            if not name.endswith(".parquet"):
+                if "=" in name and not name.startswith(("_", ".")):
+                    folders.append(key)  # a partition folder
+                continue
+            head = store.head(key)
+            if head is None:
+                continue  # a folder named like a file: Spark writes none
+            with open_object(store, key, head.size) as fh:
+                rows, stats = file_stats(fh)
+            parts = _partition_values(key[len(rel_dir) + 1 :].split("/")[:-1], label)
+            files.append(StagedFile(key, head.size, head.mtime_ns // 1_000_000, parts, rows, stats))
+    files.sort(key=lambda f: f.path)
+    return files
+
+
 def stage_dataframe(
     df: DataFrame,
     ref: TableRef,
@@ -89,6 +143,10 @@ def stage_dataframe(
     writer = df.write.mode("errorifexists").format("parquet")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
+    if not ref.is_local:
+        writer.save(spark_uri(ref, out))
+        stored = _stored_files(ref, rel_dir, batch.label)
+        return StagedBatch(df.schema.json(), list(partition_by), rel_dir, stored)
     writer.save(f"file://{out}")
     _ascii_partition_dirs(out, batch.label)
     files: list[StagedFile] = []

@@ -81,8 +81,8 @@ def _landing(**kwargs: Any) -> LandingFilesToDeltaOperator:
         ({"boundary": "intervals"}, "boundary 'intervals' is not one of"),
         ({"schema": "order_id INTEGR"}, "is not a Spark DDL schema"),
         ({"partition_by": ["order_day"]}, "partition_by ['order_day'] are not columns"),
-        ({"table_uri": "s3://bucket/orders"}, "table_uri: table URI 's3://bucket/orders'"),
-        ({"quarantine_table_uri": "gs://b/q"}, "quarantine_table_uri: table URI"),
+        ({"table_uri": "hdfs://nn/orders"}, "table_uri: table URI 'hdfs://nn/orders'"),
+        ({"quarantine_table_uri": "gs://b"}, "quarantine_table_uri: table URI"),
         ({"table_uri": "/lake/100%"}, "holds a '%'"),
     ],
 )

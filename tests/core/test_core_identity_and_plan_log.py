@@ -164,11 +164,6 @@ def test_interval_boundary_needs_an_interval(tmp_path: object) -> None:
         )
 
 
-def test_object_store_uris_are_refused_clearly() -> None:
-    with pytest.raises(ConfigurationError, match="put-if-absent"):
-        PlanLog(TableRef.parse("s3://bucket/table"), "p")
-
-
 @pytest.mark.parametrize(
     ("field", "value"),
     [("table", "orders; DROP TABLE orders"), ("key_column", 'id" OR 1=1 --'), ("table", "a.b.c")],

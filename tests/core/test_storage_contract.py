@@ -137,6 +137,16 @@ def test_list_is_sorted_and_keeps_to_its_prefix(store: Storage) -> None:
     assert store.list("nothing/here") == []
 
 
+def test_has_prefix_says_whether_anything_is_below_and_only_below(store: Storage) -> None:
+    assert not store.has_prefix("hp")
+    store.put("hpx/a.json", b"1")  # a name that merely starts the same way is not below "hp"
+    assert not store.has_prefix("hp")
+    store.put("hp/deep/b.json", b"2")
+    assert store.has_prefix("hp") and store.has_prefix("hp/deep") and not store.has_prefix("hp/other")
+    store.delete_prefix("hp")
+    assert not store.has_prefix("hp/deep")
+
+
 def test_head_and_get_of_a_missing_object(store: Storage) -> None:
     assert store.head("no/such.json") is None
     with pytest.raises(NotFound):

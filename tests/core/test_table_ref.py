@@ -54,8 +54,12 @@ def test_the_plan_log_keys_are_inside_the_table() -> None:
 @pytest.mark.parametrize(
     ("uri", "cause"),
     [
-        ("s3://bucket/t", "only local or shared-filesystem paths"),
-        ("abfss://c@a.dfs.core.windows.net/t", "only local or shared-filesystem paths"),
+        ("hdfs://nn/t", "object store's URI"),
+        ("s3://bucket", "names no folder in the bucket"),
+        ("gs://bucket/", "names no folder in the bucket"),
+        ("s3://bucket/a/../t", "'..'"),
+        ("az://c/a%2Fb", "'%'"),
+        ("s3://bucket/t?versionId=1", "'?'"),
         ("/lake/100%", "holds a '%'"),
         ("file://", "has no path"),
     ],
@@ -66,8 +70,41 @@ def test_a_table_this_release_cannot_write_is_refused_naming_it(uri: str, cause:
     assert uri in str(err.value) or "100%" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("uri", "location"),
+    [
+        ("s3://bucket/lake/t", "s3://bucket/lake/t"),
+        ("s3a://bucket/lake/t/", "s3://bucket/lake/t"),
+        ("S3://bucket//lake/t", "s3://bucket/lake/t"),
+        ("az://container/t", "az://container/t"),
+        ("abfss://c@a.dfs.core.windows.net/t", "abfss://c@a.dfs.core.windows.net/t"),
+        ("gs://bucket/t", "gs://bucket/t"),
+    ],
+)
+def test_an_object_store_table_is_one_canonical_uri(uri: str, location: str) -> None:
+    ref = TableRef.parse(uri)
+    assert ref.location == ref.path == ref.asset_uri == location
+    assert not ref.is_local and ref.scheme == location.split("://")[0]
+    assert ref.dir("eod_data/k/g0-a") == f"{location}/eod_data/k/g0-a"
+
+
+def test_storage_options_are_carried_but_never_shown_or_compared() -> None:
+    secret = "wJalrXUtnFEMI-not-a-real-key"
+    ref = TableRef.parse("s3://bucket/t", {"AWS_SECRET_ACCESS_KEY": secret, "AWS_REGION": "eu-west-1"})
+    assert ref.storage_options == {"AWS_SECRET_ACCESS_KEY": secret, "AWS_REGION": "eu-west-1"}
+    assert secret not in repr(ref) and secret not in str(ref)
+    assert ref == TableRef.parse("s3://bucket/t") and hash(ref) == hash(TableRef.parse("s3://bucket/t"))
+    assert TableRef.parse(ref) is ref
+    assert TableRef.parse(ref, {"AWS_REGION": "x"}).storage_options == {"AWS_REGION": "x"}
+
+
+def test_storage_options_for_a_local_table_are_refused(tmp_path: Any) -> None:
+    with pytest.raises(ConfigurationError, match="storage options mean nothing"):
+        TableRef.parse(str(tmp_path / "t"), {"AWS_REGION": "x"})
+
+
 def test_something_that_is_no_table_name_is_refused() -> None:
-    with pytest.raises(ConfigurationError, match="path or a file:// URI"):
+    with pytest.raises(ConfigurationError, match="path or a URI"):
         TableRef.parse(42)  # type: ignore[arg-type]
 
 

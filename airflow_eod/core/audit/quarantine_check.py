@@ -50,7 +50,7 @@ def _generations_held(ref: TableRef) -> dict[BatchKey, int] | None:
     try:
         if open_table(ref) is None:
             return None
-        dt = DeltaTable(path)
+        dt = DeltaTable(path, storage_options=ref.storage_options)
     except (EodError, OSError):
         return None
     out: dict[BatchKey, int] = {}

@@ -8,7 +8,8 @@ file that is a link to ``/dev/zero`` would otherwise be hashed forever).
 This is the one door through which the audit reads data files: they are Spark's (or
 another writer's) bytes, not airflow-eod's own, so they stay off the storage seam that the
 audit reads the log and the plan log through, and an object-store backend will serve this
-door with a ranged get (issue 21).
+door with ranged gets through the storage (:func:`_open_in_store`): a store holds no links,
+devices or FIFOs, so there the door checks only that the key stays under the table.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import stat
 from typing import BinaryIO
 from urllib.parse import unquote, urlparse
 
+from airflow_eod.core.storage.object_file import open_object
 from airflow_eod.core.table_ref import TableRef
 
 
@@ -60,6 +62,8 @@ def open_in_table(ref: TableRef, rel: str) -> BinaryIO:
     :raises NotInTable: a link on the way, a path out of the table, a device or FIFO.
     :raises OSError: the file is not there (``FileNotFoundError``) or cannot be opened.
     """
+    if not ref.is_local:
+        return _open_in_store(ref, rel)
     table_path = ref.path
     parts = _table_relative(ref, rel).split("/")
     fd = os.open(table_path, os.O_RDONLY | os.O_DIRECTORY)  # the table's own path may be a link
@@ -85,6 +89,23 @@ def open_in_table(ref: TableRef, rel: str) -> BinaryIO:
         os.close(fd)
         raise
     return os.fdopen(fd, "rb")
+
+
+def _open_in_store(ref: TableRef, rel: str) -> BinaryIO:
+    """The table's object ``rel`` (relative, or a URI under the table) as a seekable file
+    read in ranges through the table's storage."""
+    if "://" in rel:
+        if not rel.startswith(ref.location + "/"):
+            raise NotInTable("is outside the table's prefix")
+        rel = rel[len(ref.location) + 1 :]
+    parts = rel.split("/")
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise NotInTable("leads out of the table's prefix (a '..', '.' or empty part)")
+    store = ref.storage()
+    head = store.head(rel)
+    if head is None:
+        raise FileNotFoundError(errno.ENOENT, "no such object", f"{ref.location}/{rel}")
+    return open_object(store, rel, head.size)
 
 
 def probe(ref: TableRef, rel: str) -> tuple[bool, str | None]:

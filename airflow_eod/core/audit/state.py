@@ -104,7 +104,8 @@ class AuditState:
         if body["table_version"] > self.version:
             # A load that committed after the snapshot was read (verify runs beside loads):
             # not part of what is audited. A record past the table's newest version is corrupt.
-            if body["table_version"] <= DeltaTable(self.path).version():
+            newest = DeltaTable(self.path, storage_options=self.ref.storage_options).version()
+            if body["table_version"] <= newest:
                 return
             why = f"says generation {gen} landed at version {body['table_version']}, past the table's"
             self.add("corrupt_record", batch, [where], record=where, why=f"{why} {self.version}")

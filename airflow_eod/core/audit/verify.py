@@ -95,7 +95,7 @@ def _read(ref: TableRef, now: datetime, stuck_after: timedelta, expiry_warning: 
     """The facts of the table ``ref``, all read at its current version: the snapshot's
     live files first, then the log and the plan log (a record of a load that commits while
     they are read is told apart by its table version, see ``AuditState``)."""
-    dt = DeltaTable(ref.path)
+    dt = DeltaTable(ref.path, storage_options=ref.storage_options)
     version, table_id = dt.version(), str(dt.metadata().id)
     retention = (dt.metadata().configuration or {}).get(RETENTION_KEY)
     live = read_live_files(ref, dt)  # looked up here: tests wrap it to commit mid-audit

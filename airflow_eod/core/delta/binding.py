@@ -11,7 +11,7 @@ from airflow_eod.core import bounded_json
 from airflow_eod.core.attempt import current_attempt_id
 from airflow_eod.core.delta.log import read_log
 from airflow_eod.core.errors import PlanLogError, UnsupportedTableError
-from airflow_eod.core.storage import put_settled, storage_at
+from airflow_eod.core.storage import put_settled
 from airflow_eod.core.table_layout import META_DIR
 from airflow_eod.core.table_ref import TableRef
 
@@ -23,7 +23,7 @@ def bound_table_id(ref: TableRef) -> str | None:
     """The id of the table the plan log beside ``table_path`` is bound to, if any."""
     table_path = ref.path
     path = os.path.join(table_path, META_DIR, _TABLE_ID_FILE)
-    store = storage_at(table_path)
+    store = ref.storage()
     try:
         store.where(_KEY)  # never through a link out of the table, the last name's included
         body = bounded_json.loads(store.get(_KEY, limit=bounded_json.MAX_SMALL_FILE))
@@ -48,7 +48,7 @@ def check_table_identity(ref: TableRef, table_id: str | None) -> None:
     all. The first commit's table id is written once; a different one is refused.
     """
     table_path = ref.path
-    store = storage_at(table_path)
+    store = ref.storage()
     store.where(_KEY)  # never through a link out of the table
     bound = bound_table_id(ref)
     if bound is None:

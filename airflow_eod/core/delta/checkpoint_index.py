@@ -32,7 +32,7 @@ from typing import Any
 
 from airflow_eod.core import bounded_json
 from airflow_eod.core.errors import UnsafePathError
-from airflow_eod.core.storage import Storage, storage_at
+from airflow_eod.core.storage import Storage
 from airflow_eod.core.table_layout import META_DIR, path_part
 from airflow_eod.core.table_ref import TableRef
 
@@ -92,8 +92,7 @@ def write_index(
     :param state: its ``metaData`` and ``protocol`` actions.
     :param markers: its markers, app id to version.
     """
-    table_path = ref.path
-    store = storage_at(table_path)
+    store = ref.storage()
     where = _index_dir(store, version, files)
     store.where(where)  # refused before anything is written when a link leads out
     buckets = max(1, -(-len(markers) // _PER_BUCKET))
@@ -167,8 +166,7 @@ class IndexedMarkers:
 def read_index(ref: TableRef, version: int, files: list[str]) -> tuple[dict[str, Any], IndexedMarkers] | None:
     """The checkpoint's ``metaData``/``protocol`` and its markers, from its index; ``None``
     when it has none (or one that does not fit)."""
-    table_path = ref.path
-    store = storage_at(table_path)
+    store = ref.storage()
     try:
         where = _index_dir(store, version, files)
         body = bounded_json.loads(store.get(f"{where}/index.json", limit=bounded_json.MAX_SMALL_FILE))
@@ -195,13 +193,13 @@ def index_after_checkpoint(
     ref: TableRef,
     version: int,
     files: list[str],
-    read: Callable[[list[str]], tuple[dict[str, Any], dict[str, int]]],
+    read: Callable[[list[str], Storage], tuple[dict[str, Any], dict[str, int]]],
 ) -> None:
     """Write the index of a checkpoint just written, best effort: without it, readings decode
     the checkpoint, slower and never wrong."""
     table_path = ref.path
     try:
-        state, markers = read(files)
+        state, markers = read(files, ref.storage())
         write_index(ref, version, files, state, markers)
     except Exception as exc:
         log.warning("could not index the checkpoint of %s at version %d: %s", table_path, version, exc)

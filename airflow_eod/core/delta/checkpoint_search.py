@@ -28,14 +28,15 @@ def checkpoint_holds(
     :param add_path: the commit's first file as the log stores it (percent-encoded).
     """
     log_dir = os.path.join(table.path, LOG_DIR)
+    store = table.ref.storage()
     configuration = table.metadata().configuration
     for _ in range(REREADS):
-        hint = newest_checkpoint(log_dir, table.read_at, configuration)
+        hint = newest_checkpoint(log_dir, table.read_at, configuration, store=store)
         if hint is None or hint[0] < version:
             return True
         try:
             for path in checkpoint_files(log_dir, *hint):
-                parquet = open_checkpoint(path)
+                parquet = open_checkpoint(path, store)
                 names = set(parquet.schema_arrow.names)
                 if add_path is None:
                     if "txn" in names:
@@ -62,15 +63,16 @@ def checkpoint_paths_under(table: TableLog, prefix: str) -> list[str]:
     start with ``prefix``: files that were part of the table, live or removed since,
     whose commits a log cleanup may have taken. Empty when there is no checkpoint."""
     log_dir = os.path.join(table.path, LOG_DIR)
+    store = table.ref.storage()
     configuration = table.metadata().configuration
     for _ in range(REREADS):
-        hint = newest_checkpoint(log_dir, table.read_at, configuration)
+        hint = newest_checkpoint(log_dir, table.read_at, configuration, store=store)
         if hint is None:
             return []
         found: list[str] = []
         try:
             for path in checkpoint_files(log_dir, *hint):
-                parquet = open_checkpoint(path)
+                parquet = open_checkpoint(path, store)
                 names = set(parquet.schema_arrow.names)
                 for action in ("add", "remove"):
                     if action not in names:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_eod.core import bounded_json
-from airflow_eod.core.delta.reading import LOG_DIR, LogReadStats, Unreadable, log_key, log_storage
+from airflow_eod.core.delta.reading import LOG_DIR, LogReadStats, Unreadable, log_key
 from airflow_eod.core.durations import parse_interval
 from airflow_eod.core.errors import ConfigurationError, CorruptTableError
 from airflow_eod.core.storage import NotFound, Storage
@@ -50,25 +50,24 @@ def young(started: float, configuration: dict[str, str]) -> bool:
 
 
 def newest_checkpoint(
-    log_dir: str, started: float, configuration: dict[str, str]
+    log_dir: str, started: float, configuration: dict[str, str], *, store: Storage
 ) -> tuple[int, int | None] | None:
     """The newest checkpoint: ``_last_checkpoint``'s, or, unless every commit written since
     ``started`` is too young for a cleanup, the newest one a listing finds."""
-    hint = last_checkpoint(log_dir)
+    hint = last_checkpoint(log_dir, store=store)
     if young(started, configuration):
         return hint
-    listed = newest_checkpoint_by_listing(log_dir, LogReadStats())
+    listed = newest_checkpoint_by_listing(log_dir, LogReadStats(), store=store)
     if hint is None or (listed is not None and listed[0] > hint[0]):
         return listed
     return hint
 
 
-def present(log_dir: str, files: list[str], *, store: Storage | None = None) -> bool:
+def present(log_dir: str, files: list[str], *, store: Storage) -> bool:
     """Whether every file of a checkpoint (``files``, from :func:`checkpoint_files`) is there.
 
-    :param store: the table's storage, when the caller holds one for its whole reading.
+    :param store: the table's storage.
     """
-    store = store or log_storage(log_dir)
     return all(store.head(log_key(f)) is not None for f in files)
 
 
@@ -81,17 +80,16 @@ def checkpoint_files(log_dir: str, version: int, parts: int | None) -> list[str]
     ]
 
 
-def last_checkpoint(log_dir: str, *, store: Storage | None = None) -> tuple[int, int | None] | None:
+def last_checkpoint(log_dir: str, *, store: Storage) -> tuple[int, int | None] | None:
     """``(version, parts)`` of ``_last_checkpoint``; ``None`` when there is none or it is not
     JSON (a write cut short: Delta's readers list the log then, and so does this one).
 
     :raises CorruptTableError: when it is JSON no writer makes: not an object, no integer
         version, a parts count that is not an integer in 1..:data:`MAX_CHECKPOINT_PARTS`,
         out of bounds (size, nesting, ``NaN``/``Infinity``), or not a regular file.
-    :param store: the table's storage, when the caller holds one for its whole reading.
+    :param store: the table's storage.
     """
     path = os.path.join(log_dir, "_last_checkpoint")
-    store = store or log_storage(log_dir)
     try:
         body = bounded_json.loads(store.get(log_key(path), limit=bounded_json.MAX_SMALL_FILE))
     except (FileNotFoundError, NotADirectoryError):  # NotADirectory: the table path is a file
@@ -117,11 +115,13 @@ def last_checkpoint(log_dir: str, *, store: Storage | None = None) -> tuple[int,
     return version, parts
 
 
-def newest_checkpoint_by_listing(log_dir: str, stats: LogReadStats) -> tuple[int, int | None] | None:
+def newest_checkpoint_by_listing(
+    log_dir: str, stats: LogReadStats, *, store: Storage
+) -> tuple[int, int | None] | None:
     stats.listed = True
     complete: dict[int, set[int]] = {}
     parts_of: dict[int, int | None] = {}
-    for name in log_storage(log_dir).list(LOG_DIR):
+    for name in store.list(LOG_DIR):
         m = CHECKPOINT_NAME.match(name)
         if m is None:
             if ".checkpoint." in name:
@@ -135,7 +135,7 @@ def newest_checkpoint_by_listing(log_dir: str, stats: LogReadStats) -> tuple[int
     return (max(usable), parts_of[max(usable)]) if usable else None
 
 
-def open_checkpoint(path: str, store: Storage | None = None) -> pq.ParquetFile:
+def open_checkpoint(path: str, store: Storage) -> pq.ParquetFile:
     """A checkpoint file of the log, opened only as a regular file: never through a link (it
     may lead out of the table), never a FIFO or device (whose read would never end, and hold
     a thread of the shared triggerer for good).
@@ -144,10 +144,10 @@ def open_checkpoint(path: str, store: Storage | None = None) -> pq.ParquetFile:
 
     :raises CorruptTableError: when it is a link, a FIFO, a device.
     :param path: the checkpoint file (in ``_delta_log/``), named for messages and its key.
-    :param store: the table's storage, when the caller has one.
+    :param store: the table's storage.
     :raises NotFound: when it is gone (a log cleanup removed it since it was named).
     """
-    store, key = store or log_storage(os.path.dirname(path)), log_key(path)
+    key = log_key(path)
     try:
         store.get_range(key, 0, 0)  # refused here, unread, when it is no plain object
         head = store.head(key)
@@ -158,12 +158,14 @@ def open_checkpoint(path: str, store: Storage | None = None) -> pq.ParquetFile:
         raise CorruptTableError(os.path.dirname(os.path.dirname(path)), path, str(exc)) from None
 
 
-def read_checkpoint(files: list[str], stats: LogReadStats) -> tuple[dict[str, Any], pa.Table | None]:
+def read_checkpoint(
+    files: list[str], stats: LogReadStats, *, store: Storage
+) -> tuple[dict[str, Any], pa.Table | None]:
     state: dict[str, Any] = {}
     markers: list[pa.Table] = []
     for path in files:
         stats.checkpoint_files_read += 1
-        parquet = open_checkpoint(path)
+        parquet = open_checkpoint(path, store)
         names = parquet.schema_arrow.names
         columns = [c for c in ("metaData", "protocol") if c in names]
         # Of a marker, only its app id and version: a third of the decoding at 10,000 markers.
@@ -211,10 +213,10 @@ def checkpoint_path(ref: TableRef, version: int) -> str:
     return checkpoint_files(os.path.join(table_path, LOG_DIR), version, None)[0]
 
 
-def read_checkpoint_markers(files: list[str]) -> tuple[dict[str, Any], dict[str, int]]:
+def read_checkpoint_markers(files: list[str], store: Storage) -> tuple[dict[str, Any], dict[str, int]]:
     """A checkpoint's ``metaData``/``protocol`` actions and its markers (app id to version),
     read as a reading without an index reads them: what its index is made of."""
-    state, markers = read_checkpoint(files, LogReadStats())
+    state, markers = read_checkpoint(files, LogReadStats(), store=store)
     if markers is None:
         return state, {}
     ids, versions = markers.column("appId").to_pylist(), markers.column("version").to_pylist()

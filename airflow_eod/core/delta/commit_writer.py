@@ -36,7 +36,7 @@ from airflow_eod.core.delta.log import (
 )
 from airflow_eod.core.delta.reading import log_key
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.storage import put_settled, storage_at
+from airflow_eod.core.storage import put_settled
 from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def write_commit(
     # The attempt id, which the manifest in the body carries: a write whose reply was lost is
     # known for this attempt's by reading it back (never through a link out of the table).
     attempt = manifest.attempt_id if manifest.attempt_id and manifest.attempt_id.encode() in data else None
-    return put_settled(storage_at(table.path), log_key(target), data, attempt=attempt)
+    return put_settled(table.ref.storage(), log_key(target), data, attempt=attempt)
 
 
 def checkpoint_due(table: TableLog, committed: int) -> bool:
@@ -183,10 +183,10 @@ def write_checkpoint(ref: TableRef, version: int, configuration: dict[str, str])
     """
     table_path = ref.path
     try:
-        snapshot = DeltaTable(table_path, version=version)
+        snapshot = DeltaTable(table_path, version=version, storage_options=ref.storage_options)
         snapshot.create_checkpoint()
         written = checkpoint_path(ref, version)
-        if storage_at(table_path).head(log_key(written)) is not None:
+        if ref.storage().head(log_key(written)) is not None:
             index_after_checkpoint(ref, version, [written], read_checkpoint_markers)
         if configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false":
             snapshot.cleanup_metadata()

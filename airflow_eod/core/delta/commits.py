@@ -11,7 +11,7 @@ from airflow_eod.core import bounded_json
 from airflow_eod.core.bounded_json import MAX_ACTION_LINE, MAX_COMMIT
 from airflow_eod.core.delta.reading import LOG_DIR
 from airflow_eod.core.errors import CorruptTableError
-from airflow_eod.core.storage import Storage, object_lines, storage_at
+from airflow_eod.core.storage import Storage, object_lines
 from airflow_eod.core.table_ref import TableRef
 
 _ACTION_BYTES = re.compile(rb'^\s*\{\s*"(\w+)"')
@@ -32,8 +32,7 @@ def commit_path(ref: TableRef, version: int) -> str:
 
 def commit_exists(ref: TableRef, version: int) -> bool:
     """Whether commit ``version`` is in the log (not yet written, or aged out, otherwise)."""
-    table_path = ref.path
-    return storage_at(table_path).head(f"{LOG_DIR}/{version:020d}.json") is not None
+    return ref.storage().head(f"{LOG_DIR}/{version:020d}.json") is not None
 
 
 def read_commit_actions(

@@ -30,10 +30,13 @@ def deleted_rows(ref: TableRef, table: DeltaTable) -> dict[str, int]:
     table_path = ref.path
     if not has_deletion_vectors(table):
         return {}
-    roots = {os.path.abspath(table_path) + "/", os.path.realpath(table_path) + "/"}
+    if ref.is_local:
+        roots = {os.path.abspath(table_path) + "/", os.path.realpath(table_path) + "/"}
+    else:
+        roots = {ref.location + "/"}
     out: dict[str, int] = {}
     for row in pa.table(table.deletion_vectors()).to_pylist():
-        where = unquote(urlparse(row["filepath"]).path)
+        where = unquote(urlparse(row["filepath"]).path if ref.is_local else row["filepath"])
         rel = next((where[len(r) :] for r in roots if where.startswith(r)), where)
         hidden = sum(1 for keep in row["selection_vector"] if not keep)
         if hidden:

@@ -62,11 +62,10 @@ from airflow_eod.core.delta.reading import (
     Overtaken,
     Unreadable,
     log_key,
-    log_storage,
 )
 from airflow_eod.core.delta.snapshot import Markers, TableLog, TableMarkers
 from airflow_eod.core.errors import CorruptTableError, EodError, UnsupportedTableError
-from airflow_eod.core.storage import Storage, storage_at
+from airflow_eod.core.storage import Storage
 from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
@@ -171,7 +170,7 @@ def _signature(table: TableLog, store: Storage | None = None) -> str | None:
         path = commit_path(table.ref, table.table_version)
     else:
         path = checkpoint_files(os.path.join(table.path, LOG_DIR), table.checkpoint_version, None)[0]
-    head = (store or storage_at(table.path)).head(log_key(path))
+    head = (store or table.ref.storage()).head(log_key(path))
     return None if head is None else head.tag
 
 
@@ -189,7 +188,7 @@ def _extend(cached: TableLog, signature: str) -> TableLog | None:
     cleanup may have removed commits after it)."""
     # One storage for the whole reading: the way to ``_delta_log/`` is checked for links
     # once (as the reading's first step), not by every file it opens (issue 20's ask cost).
-    store = storage_at(cached.path)
+    store = cached.ref.storage()
     hint = last_checkpoint(os.path.join(cached.path, LOG_DIR), store=store)
     if (hint[0] if hint is not None else -1) != cached.checkpoint_version:
         return None
@@ -267,14 +266,15 @@ def _read_log(ref: TableRef, *, listing: bool = False) -> TableLog | None:
     stats = LogReadStats()
     started = time.time()
     # One storage for the whole reading (see _extend).
-    store = log_storage(log_dir)
+    store = ref.storage()
     start = None if listing else last_checkpoint(log_dir, store=store)
     files = checkpoint_files(log_dir, *start) if start else []
     if start is None or not present(log_dir, files, store=store):
         # No hint, or a hint whose checkpoint is gone: find the newest checkpoint by listing.
-        if store.head(LOG_DIR) is None:  # no log, or the table path is a file
+        # No log, or the table path is a file (a store has no folders: is anything under it?)
+        if (store.head(LOG_DIR) is None) if ref.is_local else not store.has_prefix(LOG_DIR):
             return None
-        start = newest_checkpoint_by_listing(log_dir, stats)
+        start = newest_checkpoint_by_listing(log_dir, stats, store=store)
         files = checkpoint_files(log_dir, *start) if start else []
     state: dict[str, Any] = {}
     markers: Markers | None = None
@@ -285,7 +285,7 @@ def _read_log(ref: TableRef, *, listing: bool = False) -> TableLog | None:
             stats.index_files_read += 1
             state, markers = indexed
         else:
-            state, decoded = read_checkpoint(files, stats)
+            state, decoded = read_checkpoint(files, stats, store=store)
             markers = TableMarkers(decoded)
         version = start[0]
     checkpoint_version = version
@@ -340,9 +340,10 @@ def _from_deltalake(ref: TableRef) -> TableLog:
     """The same view, read through ``deltalake`` (every file replayed): for logs this reader
     does not know how to read in a bounded way."""
     table_path = ref.path
-    _refuse_links_in_log(ref)
+    if ref.is_local:  # an object store has no links
+        _refuse_links_in_log(ref)
     try:
-        table = DeltaTable(table_path)
+        table = DeltaTable(table_path, storage_options=ref.storage_options)
     except Exception as exc:  # deltalake's errors carry a Rust backtrace, not the file
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         where = _unparseable(ref)

@@ -58,8 +58,9 @@ def _set_nested(target: dict[str, Any], path: list[str], value: Any) -> None:
     target[path[-1]] = value
 
 
-def file_stats(path: str) -> tuple[int, str]:
-    """``(numRecords, stats JSON)`` for the Parquet file at ``path``."""
+def file_stats(path: Any) -> tuple[int, str]:
+    """``(numRecords, stats JSON)`` for the Parquet file at ``path`` (a local path, or a
+    seekable file object: an object read through the storage seam)."""
     meta = pq.read_metadata(path)
     schema = meta.schema
     mins: dict[str, Any] = {}

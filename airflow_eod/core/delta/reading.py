@@ -6,14 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from airflow_eod.core.storage import Storage, storage_at
-
 LOG_DIR = "_delta_log"
-
-
-def log_storage(log_dir: str) -> Storage:
-    """The storage of the table whose log is ``log_dir`` (keys: :func:`log_key`)."""
-    return storage_at(os.path.dirname(log_dir))
 
 
 def log_key(path: str) -> str:

@@ -105,7 +105,8 @@ class TableLog:
             files = checkpoint_files(
                 os.path.join(self.path, LOG_DIR), self.checkpoint_version, self.checkpoint_parts
             )
-            self._checkpoint_markers = TableMarkers(read_checkpoint(files, self.stats)[1])
+            markers = read_checkpoint(files, self.stats, store=self.ref.storage())[1]
+            self._checkpoint_markers = TableMarkers(markers)
             return self._checkpoint_markers.lookup(app_id)
 
     def marker_commit(self, app_id: str) -> int | None:
@@ -116,4 +117,4 @@ class TableLog:
     def snapshot(self) -> DeltaTable:
         """The full ``deltalake`` snapshot at this version (every live file): for the few
         steps that need the files, such as a restatement's swap."""
-        return DeltaTable(self.path, version=self.table_version)
+        return DeltaTable(self.path, version=self.table_version, storage_options=self.ref.storage_options)

@@ -23,21 +23,26 @@ def open_table(ref: TableRef) -> TableLog | None:
     someone else's.
     """
     path = ref.path
-    # A _delta_log that is a link out of the table (to another team's table) is refused
-    # before it is read, or written: commits would land in the other table's log.
-    under(path, "_delta_log")
+    if ref.is_local:
+        # A _delta_log that is a link out of the table (to another team's table) is refused
+        # before it is read, or written: commits would land in the other table's log.
+        under(path, "_delta_log")
     table = read_log(ref)
     if table is not None:
         return table
-    # One stat, not "is it a directory?" then "does it exist?": a racer that creates the table
-    # directory between two such checks made a first load fail with "is a file".
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISDIR(mode):
-        raise UnsupportedTableError(f"{path} is a file, not a Delta table directory")
-    entries = set(os.listdir(path))
+    if ref.is_local:
+        # One stat, not "is it a directory?" then "does it exist?": a racer that creates the
+        # table directory between two such checks made a first load fail with "is a file".
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(mode):
+            raise UnsupportedTableError(f"{path} is a file, not a Delta table directory")
+        entries = set(os.listdir(path))
+    else:
+        # A prefix is there when something is under it: no entries, no table yet.
+        entries = {name.rstrip("/") for name in ref.storage().list("")}
     # Our plan log is written only into an empty directory or a table (load_flow.freeze
     # refuses any other first), and a _delta_log/ without a commit is a Delta writer's first
     # commit on its way: beside either, files are a Delta Spark first write that died or is

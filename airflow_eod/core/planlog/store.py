@@ -112,6 +112,10 @@ class PlanLog:
 
     def key_of(self, path: str) -> str:
         """The storage key of ``path`` (a path in this table, from :meth:`_path`)."""
+        if not self.ref.is_local:
+            if not path.startswith(self.table_path + "/"):
+                raise PlanLogError(f"plan-log entry {path} is outside the table {self.table_path}")
+            return path[len(self.table_path) + 1 :]
         return os.path.relpath(path, self.table_path).replace(os.sep, "/")
 
     def _check_target(self) -> None:
@@ -142,7 +146,7 @@ class PlanLog:
     def put_entry(self, path: str, body: dict[str, Any]) -> bool:
         """Write the checksummed entry ``body`` at ``path`` (under this log) unless one is there."""
         root = os.path.realpath(self.root)
-        if os.path.commonpath([root, os.path.realpath(os.path.dirname(path))]) != root:
+        if self.ref.is_local and os.path.commonpath([root, os.path.realpath(os.path.dirname(path))]) != root:
             # A linked directory under the log must not take the entry elsewhere (I11).
             raise PlanLogError(f"plan-log entry {path} is outside the plan log {self.root}")
         return self._put_if_absent(path, body)
@@ -412,4 +416,4 @@ class PlanLog:
         # Whether the folder is there, not what it holds: it grows with the pipeline's history,
         # and planning lists no folder of it (the cost tests pin that). A store without
         # folders will answer with a listing of one name.
-        return {k for k, folder in kinds.items() if os.path.isdir(self._path(folder))}
+        return {k for k, folder in kinds.items() if self.storage.has_prefix(self._key(folder))}

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
+
+from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.storage.base import (
     BoundError,
     Head,
@@ -28,7 +32,40 @@ __all__ = [
 ]
 
 
-def storage_at(root: str) -> Storage:
+def storage_at(root: str, options: Mapping[str, str] | None = None) -> Storage:
     """The storage of the table (or directory) at ``root``: the one place that picks a
-    backend (a local path today; an object store's URI next)."""
-    return LocalStorage(root=root)
+    backend, by the root's URI scheme (none: the local file system).
+
+    A local storage is new on each call (it remembers which directories it found to be no
+    link, which must not outlive one use). An object store's is shared by every call with
+    the same root and options (an HTTP client and its connections; a store has no links),
+    so its request counts add up per process.
+
+    :param root: a local path, or an object store URI (``s3://bucket/prefix``).
+    :param options: the store's storage options, named as delta-rs names them.
+    :raises ConfigurationError: for a scheme no backend serves, or when the backend's
+        package (``obstore``, the ``s3`` extra) is not installed.
+    """
+    if "://" not in root:
+        return LocalStorage(root=root)
+    return _object_storage(root, tuple(sorted((options or {}).items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _object_storage(root: str, options: tuple[tuple[str, str], ...]) -> Storage:
+    scheme = root.split("://", 1)[0]
+    try:
+        from airflow_eod.core.storage import object_store
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"{root} is on an object store, and reading it needs obstore: "
+            "pip install 'airflow-eod[s3]' (or [azure], [gcs])"
+        ) from exc
+    backend = object_store.BACKENDS.get(scheme)
+    if backend is None:
+        raise ConfigurationError(f"{root}: no storage backend serves {scheme}:// in this release")
+    try:
+        storage: Storage = backend.from_url(root, dict(options))
+        return storage
+    except ValueError as exc:
+        raise ConfigurationError(f"{root}: {exc}") from None

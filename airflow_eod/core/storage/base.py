@@ -126,6 +126,11 @@ class Storage(Protocol):
         another prefix that merely starts the same way (``a`` and ``ab``) are not listed."""
         ...
 
+    def has_prefix(self, prefix: str) -> bool:
+        """Whether anything is under the directory ``prefix``, at the cost of one request
+        whatever it holds (a listing would grow with it)."""
+        ...
+
     def put_if_absent(self, key: str, data: bytes, *, attempt: str | None = None) -> bool:
         """Write ``data`` at ``key`` unless an object is there, and whole or not at all.
 

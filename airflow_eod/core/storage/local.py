@@ -86,6 +86,12 @@ class LocalStorage:
             return []
         return sorted(n for n in names if not n.startswith(_TMP))
 
+    def has_prefix(self, prefix: str) -> bool:
+        try:
+            return stat.S_ISDIR(os.stat(self._path(prefix.rstrip("/"))).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
     # -- writing -------------------------------------------------------------------
     def put_if_absent(self, key: str, data: bytes, *, attempt: str | None = None) -> bool:
         check_attempt(data, attempt)

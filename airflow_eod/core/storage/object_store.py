@@ -185,6 +185,14 @@ class ObjectStorage:
         names += [o["path"][cut:] for o in found["objects"]]
         return sorted(n for n in names if n)
 
+    def has_prefix(self, prefix: str) -> bool:
+        directory = check_key(prefix.strip("/"), self.root)
+        self._count("ListObjectsV2")
+        # The first page only (obstore asks for up to 1,000 keys a page): one request.
+        for page in obstore.list(self._store, directory + "/", chunk_size=1):
+            return any(o["path"].startswith(directory + "/") for o in page)
+        return False
+
     # -- writing -------------------------------------------------------------------
     def put_if_absent(self, key: str, data: bytes, *, attempt: str | None = None) -> bool:
         check_attempt(data, attempt)
@@ -336,3 +344,7 @@ def default_retry() -> dict[str, Any]:
     from datetime import timedelta
 
     return {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
+
+
+BACKENDS: dict[str, Any] = {"s3": S3Storage, "s3a": S3Storage}
+"""The object-store backend of each URI scheme (each has ``from_url(url, options)``)."""
