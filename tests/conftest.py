@@ -131,6 +131,17 @@ def s3_server() -> Iterator[Any]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def azure_server() -> Iterator[Any]:
+    """An Azurite blob server on 127.0.0.1 with a container, started for this test session
+    (Azurite installed with npm into ~/.cache/airflow-eod/npm the first time)."""
+    from tests.support.azurite_server import AzuriteServer
+
+    server = AzuriteServer.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def landing(tmp_path: Any) -> str:
     path = tmp_path / "landing"
