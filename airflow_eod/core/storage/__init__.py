@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Mapping
 
 from airflow_eod.core.errors import ConfigurationError
@@ -51,21 +52,32 @@ def storage_at(root: str, options: Mapping[str, str] | None = None) -> Storage:
     return _object_storage(root, tuple(sorted((options or {}).items())))
 
 
+# The module and class of each object store's backend, by URI scheme (imported when used:
+# each needs obstore, an extra).
+_BACKENDS = {
+    "s3": ("object_store", "S3Storage"),
+    "s3a": ("object_store", "S3Storage"),
+    "az": ("azure_store", "AzureStorage"),
+    "abfs": ("azure_store", "AzureStorage"),
+    "abfss": ("azure_store", "AzureStorage"),
+}
+
+
 @functools.lru_cache(maxsize=64)
 def _object_storage(root: str, options: tuple[tuple[str, str], ...]) -> Storage:
     scheme = root.split("://", 1)[0]
+    if scheme not in _BACKENDS:
+        raise ConfigurationError(f"{root}: no storage backend serves {scheme}:// in this release")
+    module_name, class_name = _BACKENDS[scheme]
     try:
-        from airflow_eod.core.storage import object_store
+        module = importlib.import_module(f"airflow_eod.core.storage.{module_name}")
     except ImportError as exc:
         raise ConfigurationError(
             f"{root} is on an object store, and reading it needs obstore: "
             "pip install 'airflow-eod[s3]' (or [azure], [gcs])"
         ) from exc
-    backend = object_store.BACKENDS.get(scheme)
-    if backend is None:
-        raise ConfigurationError(f"{root}: no storage backend serves {scheme}:// in this release")
     try:
-        storage: Storage = backend.from_url(root, dict(options))
-        return storage
+        storage: Storage = getattr(module, class_name).from_url(root, dict(options))
     except ValueError as exc:
         raise ConfigurationError(f"{root}: {exc}") from None
+    return storage

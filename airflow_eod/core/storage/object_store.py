@@ -345,6 +345,3 @@ def default_retry() -> dict[str, Any]:
 
     return {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
 
-
-BACKENDS: dict[str, Any] = {"s3": S3Storage, "s3a": S3Storage}
-"""The object-store backend of each URI scheme (each has ``from_url(url, options)``)."""

@@ -1,4 +1,5 @@
-"""A Delta table on S3 (SeaweedFS), end to end through the core without Spark (issue 21).
+"""A Delta table on S3 (SeaweedFS) and on Azure Blob (Azurite), end to end through the core
+without Spark (issue 21).
 
 The staged files are written the way Spark's s3a writer leaves them (Parquet objects under
 the attempt's prefix, put through the storage seam); everything after that is the product's
@@ -42,9 +43,16 @@ def _batch(day: int) -> BatchKey:
     return BatchKey(PIPELINE, f"i-202601{day:02d}T000000Z-202601{day + 1:02d}T000000Z")
 
 
-@pytest.fixture
-def ref(s3_server: Any) -> TableRef:
-    return TableRef.parse(f"s3://{s3_server.bucket}/lake/{uuid.uuid4().hex}/orders", s3_server.options())
+@pytest.fixture(params=["s3", "azure"])
+def ref(request: pytest.FixtureRequest) -> TableRef:
+    """A new table's reference on each store, with the server's storage options."""
+    if request.param == "s3":
+        server = request.getfixturevalue("s3_server")
+        root = f"s3://{server.bucket}"
+    else:
+        server = request.getfixturevalue("azure_server")
+        root = f"az://{server.container}"
+    return TableRef.parse(f"{root}/lake/{uuid.uuid4().hex}/orders", server.options())
 
 
 def stage(ref: TableRef, batch: BatchKey, ids: list[int], *, attempt: str | None = None) -> tuple[Any, Any]:
