@@ -69,7 +69,9 @@ def build(go: str) -> str:
         env=env, capture_output=True, timeout=BUILD_SECONDS, check=False, cwd=CACHE,
     )  # fmt: skip
     if done.returncode != 0 or not os.access(cached_binary(), os.X_OK):
-        raise RuntimeError(f"go install {MODULE}@{VERSION} failed: {done.stderr.decode(errors='replace')[-2000:]}")
+        raise RuntimeError(
+            f"go install {MODULE}@{VERSION} failed: {done.stderr.decode(errors='replace')[-2000:]}"
+        )
     return cached_binary()
 
 
@@ -133,7 +135,10 @@ class GCSServer:
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             binary, reason = None, str(exc)
         else:
-            reason = f"no fake-gcs-server binary and no Go to build it: install Go, or `make gcs-emulator`, or set EOD_FAKE_GCS"
+            reason = (
+                "no fake-gcs-server binary and no Go to build it: "
+                "install Go, or `make gcs-emulator`, or set EOD_FAKE_GCS"
+            )
         if binary is None:
             if os.environ.get("EOD_REQUIRE_OBJECTSTORE"):
                 pytest.fail(reason)
@@ -168,12 +173,11 @@ class GCSServer:
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(os.path.join(self.root, f"{name}.log"), "wb")
         try:
-            self.procs.append(
-                subprocess.Popen(
-                    argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, env={**os.environ, "TMPDIR": self.root},
-                )  # fmt: skip
-            )
+            proc = subprocess.Popen(
+                argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, env={**os.environ, "TMPDIR": self.root},
+            )  # fmt: skip
+            self.procs.append(proc)
         finally:
             log.close()
 
@@ -199,7 +203,9 @@ class GCSServer:
             except OSError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError(f"GCS emulator on {self.endpoint} not ready in {READY_SECONDS}s: {self.log_tail()}")
+        raise RuntimeError(
+            f"GCS emulator on {self.endpoint} not ready in {READY_SECONDS}s: {self.log_tail()}"
+        )
 
     def log_tail(self, n: int = 2000) -> str:
         tails = []

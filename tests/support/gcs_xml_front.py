@@ -31,7 +31,15 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # Headers that describe one hop, not the message: the front sets its own.
-_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "te", "upgrade"}
+_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "proxy-connection",
+    "te",
+    "upgrade",
+}
 
 
 def upload_target(path: str, query: str, headers: dict[str, str]) -> str | None:
@@ -58,10 +66,12 @@ class _Front(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     upstream: tuple[str, int] = ("127.0.0.1", 0)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002  (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
-    def _send_upstream(self, method: str, url: str, body: bytes, headers: dict[str, str]) -> tuple[http.client.HTTPResponse, bytes]:
+    def _send_upstream(
+        self, method: str, url: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[http.client.HTTPResponse, bytes]:
         # A new connection per request, never retried: a request the front sent twice could
         # land twice, and a conditional create's answer must be the emulator's to the one
         # request the client made.
@@ -87,7 +97,10 @@ class _Front(BaseHTTPRequestHandler):
             for k, v in resp.getheaders():
                 if k.lower() not in _HOP:
                     self.send_header(k, v)
-            self.send_header("Content-Length", str(len(data) if self.command != "HEAD" else resp.getheader("Content-Length") or 0))
+            self.send_header(
+                "Content-Length",
+                str(len(data) if self.command != "HEAD" else resp.getheader("Content-Length") or 0),
+            )
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)

@@ -25,6 +25,7 @@ FIXTURE_NEEDS = {
     "airflow_db": "airflow",
     "spark_cluster": "cluster",
     "s3_server": "objectstore",
+    "gcs_server": "objectstore",
 }
 
 
