@@ -5,7 +5,8 @@ tests/support/gcs_xml_front.py.
 Why this emulator (issue 21, item 5): its simple uploads honour ``ifGenerationMatch=0`` and
 decide it under its backend's lock, so of 16 racers on one key one wins
 (tests/core/test_gcs_storage.py races 20 rounds each run). The fake-gcs-server release on
-PyPI ignores the precondition; the Go module builds the current release, which does not.
+PyPI ignores the precondition (issue 21 reports); v1.56.1, built from the Go module, answers
+412 (tests/core/test_gcs_storage.py checks it through obstore).
 obstore writes with the XML API, which fake-gcs-server lacks for uploads: the front rewrites
 that one request (see its docstring) and passes everything else through.
 

@@ -4,8 +4,9 @@ API simple uploads the emulator serves; every other request passes through uncha
 Why it exists: obstore (the Rust ``object_store`` crate) writes to GCS with the XML API,
 ``PUT /{bucket}/{object}`` and ``x-goog-if-generation-match: 0`` for a create. fake-gcs-server
 (v1.56.1, the newest release) serves the XML API's reads, listings and deletes, but has no
-XML upload: such a PUT answers 400 "invalid uploadType" (its issue #331, open since 2020;
-the pull request that adds it, #1164, is unmerged). Its JSON API simple upload
+XML upload: such a PUT answers 400 "invalid uploadType" (its issue #331, "Consider XML
+support for object PUT/GET", and the pull request #1164 that adds it were open when looked
+up). Its JSON API simple upload
 (``POST /upload/storage/v1/b/{bucket}/o?uploadType=media&name=...&ifGenerationMatch=0``)
 does honour the precondition, and decides it under the backend's lock (412 when the object
 exists), which is the behaviour the tests need.
