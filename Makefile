@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help demo test test-unit test-spark test-airflow test-airflow-lowest test-objectstore-race azurite lint typecheck check-python check-java clean bench dist dist-check jars test-spark-versions
+.PHONY: help demo test test-unit test-spark test-airflow test-airflow-lowest test-objectstore-race test-gcs-race azurite gcs-emulator lint typecheck check-python check-java clean bench dist dist-check jars test-spark-versions
 .DEFAULT_GOAL := help
 
 help: ## list the targets and what each does
@@ -93,6 +93,18 @@ test-objectstore-race: check-python $(STAMP) ## the put-if-absent race on S3 and
 # ~/.cache/airflow-eod/npm (tests/support/azurite_server.py); the tests do it too when it lacks.
 azurite: check-python $(STAMP) ## install Azurite for the objectstore tests (npm, once)
 	$(BIN)/python -m tests.support.azurite_server
+
+# The GCS emulator of the objectstore tests (tests/support/gcs_server.py): fake-gcs-server built
+# with `go install` into ~/.cache/airflow-eod/go (about 2 minutes once; a second run builds
+# nothing). The gcs_server fixture builds it too when it is missing and Go is there.
+gcs-emulator: check-python $(STAMP) ## build the GCS emulator for the objectstore tests (Go, once)
+	$(BIN)/python -m tests.support.gcs_server
+
+# The same 16-racer race on the GCS emulator (tests/core/test_gcs_storage.py) at 200 rounds.
+GCS_RACE_ROUNDS ?= 200
+test-gcs-race: check-python $(STAMP) ## the GCS put-if-absent race at 200 rounds (by hand, ~2 min)
+	EOD_GCS_RACE_ROUNDS=$(GCS_RACE_ROUNDS) EOD_REQUIRE_OBJECTSTORE=1 $(BIN)/python -m pytest -s -m objectstore \
+		tests/core/test_gcs_storage.py::test_sixteen_racers_on_one_key_exactly_one_wins_every_round $(PYTEST_ARGS)
 
 # The spark, delta_spark and cluster tiers on the lowest Spark pyproject.toml admits and on
 # Spark 3.5 with Delta 3.3 (a cluster's release), each in its own venv (tests/spark_versions.sh).

@@ -142,6 +142,17 @@ def azure_server() -> Iterator[Any]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[Any]:
+    """A GCS emulator (fake-gcs-server, built from its Go module) on 127.0.0.1 with a bucket,
+    started for this test session; skipped without Go (failed with EOD_REQUIRE_OBJECTSTORE=1)."""
+    from tests.support.gcs_server import GCSServer
+
+    server = GCSServer.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def landing(tmp_path: Any) -> str:
     path = tmp_path / "landing"

@@ -73,6 +73,26 @@ def is_template(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
+def check_object_store_load(table: TableRef, *, engine: str, execution: str, quarantine: str | None) -> None:
+    """What a load into a table on an object store does not do in this release, refused before
+    anything is planned or written (the task ends: no retry changes it)."""
+    if table.is_local:
+        return
+    why = None
+    if engine != "delta-rs":
+        # Delta Spark commits to S3 through a log store that is safe for one driver only
+        # (S3SingleDriverLogStore): two racing attempts could both commit.
+        why = f"engine={engine!r} (use engine='delta-rs', which commits with the store's conditional put)"
+    elif execution != "local":
+        why = f"execution={execution!r} (the driver would need the store's credentials; use 'local')"
+    elif quarantine is not None:
+        why = "a quarantine_table_uri (malformed records fail the batch instead)"
+    if why:
+        raise ConfigurationError(
+            f"table {table} is on an object store: this release does not load into one with {why}"
+        )
+
+
 def check_table_uri(name: str, uri: Any) -> None:
     """A table URI this release can write: a local or shared-filesystem path, or ``file://``."""
     if uri is None or is_template(uri):

@@ -31,6 +31,7 @@ from airflow_eod.core.options import (
     SchemaDrift,
     check_catch_up,
     check_engine_options,
+    check_object_store_load,
     check_table_uri,
     choice,
     is_template,
@@ -39,6 +40,7 @@ from airflow_eod.core.result import LoadResult
 from airflow_eod.core.settle import settle_committed
 from airflow_eod.core.source import Credentials, ReadContext, Source
 from airflow_eod.core.table_ref import TableRef
+from airflow_eod.hooks.object_store import table_ref
 from airflow_eod.hooks.spark_submit import check_submit_kwargs
 from airflow_eod.links.delta_table import DeltaTableLink
 from airflow_eod.run_conf import as_bool, conf_of, restate_request
@@ -108,10 +110,16 @@ class BaseDeltaLoadOperator(BaseOperator):
     :param interval_start: (templated) explicit batch interval start, for manual runs
         without a logical date (ISO 8601 with a time zone).
     :param interval_end: (templated) explicit batch interval end.
+    :param storage_conn_id: (templated) for a table on an object store (``s3://``, ``az://``,
+        ``abfss://``, ``gs://``), the Airflow connection its credentials come from (an
+        ``aws``, ``wasb``/``adls`` or ``google_cloud_platform`` connection, see
+        :class:`~airflow_eod.hooks.object_store.ObjectStoreHook`); unset: the store's default
+        credential chain.
     """
 
     template_fields: Sequence[str] = (
         "table_uri",
+        "storage_conn_id",
         "pipeline_id",
         "restate",
         "restate_batch_key",
@@ -144,6 +152,7 @@ class BaseDeltaLoadOperator(BaseOperator):
         submit_kwargs: dict[str, Any] | None = None,
         catch_up: bool = False,
         max_batches_per_run: int | None = None,
+        storage_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         # What can be checked without running is checked here, when the DAG is parsed: a
@@ -184,6 +193,7 @@ class BaseDeltaLoadOperator(BaseOperator):
         self._submit_run: SubmitRun | None = None
         self._result: LoadResult | None = None
         self.table_uri = table_uri
+        self.storage_conn_id = storage_conn_id
         self.pipeline_id = pipeline_id
         self.partition_by = list(partition_by or [])
         self.transform = transform
@@ -255,8 +265,12 @@ class BaseDeltaLoadOperator(BaseOperator):
         )
         # A restatement asked by dag_run.conf is refused before it freezes a new generation.
         check_engine_options(self.engine, restate=restate)
-        # The rendered table_uri, parsed once: every layer below takes the reference.
-        table = TableRef.parse(self.table_uri)
+        # The rendered table_uri, parsed once: every layer below takes the reference (with
+        # the connection's storage options, for a table on an object store).
+        table = table_ref(self.table_uri, self.storage_conn_id)
+        check_object_store_load(
+            table, engine=self.engine, execution=self.execution, quarantine=self.quarantine_table_uri
+        )
         request = LoadRequest(
             table=table,
             pipeline_id=pipeline_id,
@@ -363,11 +377,16 @@ class BaseDeltaLoadOperator(BaseOperator):
         facets: dict[str, Any] = {}
         if result is not None and result.outcome == "committed":
             facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(rowCount=result.rows)
+        table = TableRef.parse(self.table_uri)
+        # OpenLineage's naming: "file" and the path, or "s3://bucket" and the key.
+        if table.is_local:
+            namespace, name = "file", table.path
+        else:
+            bucket, _, name = table.location.partition("://")[2].partition("/")
+            namespace = f"{table.scheme}://{bucket}"
         return OperatorLineage(
             inputs=[InputDataset(namespace=ns, name=name) for ns, name in self.lineage_inputs()],
-            outputs=[
-                OutputDataset(namespace="file", name=TableRef.parse(self.table_uri).path, outputFacets=facets)
-            ],
+            outputs=[OutputDataset(namespace=namespace, name=name, outputFacets=facets)],
         )
 
     def _attach_to_asset_event(self, context: Any, result: LoadResult | dict[str, Any]) -> None:

@@ -33,6 +33,7 @@ from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.planner import require_interval
 from airflow_eod.core.result import COMMITTED, result_from_status
 from airflow_eod.core.table_ref import TableRef
+from airflow_eod.hooks.object_store import table_ref
 from airflow_eod.run_context import data_interval_for, pipeline_id_for
 from airflow_eod.triggers.delta_batch import ERROR, SUCCESS, TIMEOUT, DeltaBatchTrigger
 
@@ -70,12 +71,15 @@ class DeltaBatchSensor(BaseSensorOperator):
         an interval, ``o-...`` for an offset batch) **fails** the task at once, without
         retries, naming the key.
     :param generation: the generation that counts (0: any committed load).
+    :param storage_conn_id: (templated) for a table on an object store, the Airflow connection
+        its credentials come from (see :class:`~airflow_eod.hooks.object_store.ObjectStoreHook`);
+        the trigger is given the connection's id, never its secrets.
     :param deferrable: wait in the triggerer instead of a worker. ``None`` (the default) takes
         ``[operators] default_deferrable`` from the configuration, read when the sensor is
         built.
     """
 
-    template_fields: Sequence[str] = ("table_uri", "pipeline_id", "batch_key")
+    template_fields: Sequence[str] = ("table_uri", "pipeline_id", "batch_key", "storage_conn_id")
 
     def __init__(
         self,
@@ -85,10 +89,12 @@ class DeltaBatchSensor(BaseSensorOperator):
         batch_key: str | None = None,
         generation: int = 0,
         deferrable: bool | None = None,
+        storage_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.table_uri = table_uri
+        self.storage_conn_id = storage_conn_id
         self.pipeline_id = pipeline_id
         self.batch_key = batch_key
         self.generation = generation
@@ -138,7 +144,7 @@ class DeltaBatchSensor(BaseSensorOperator):
     def _committed_result(self, batch: BatchKey) -> dict[str, Any] | None:
         """The load result when the table holds ``batch``, else ``None``."""
         try:
-            status = ask(TableRef.parse(self.table_uri), batch, self.generation)
+            status = ask(table_ref(self.table_uri, self.storage_conn_id), batch, self.generation)
         except EodError as exc:
             if exc.retryable:
                 raise
@@ -191,6 +197,7 @@ class DeltaBatchSensor(BaseSensorOperator):
             trigger=DeltaBatchTrigger(
                 # The triggerer runs elsewhere, in another working directory.
                 table_uri=TableRef.parse(self.table_uri).location,
+                storage_conn_id=self.storage_conn_id,
                 pipeline_id=batch.pipeline_id,
                 batch_key=batch.key,
                 generation=self.generation,

@@ -17,7 +17,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.result import COMMITTED, result_from_status
-from airflow_eod.core.table_ref import TableRef
+from airflow_eod.hooks.object_store import table_ref
 
 # The ``status`` of the one event the trigger yields.
 SUCCESS = "success"
@@ -38,6 +38,8 @@ class DeltaBatchTrigger(BaseTrigger):
       with the batch still not committed.
 
     :param table_uri: the Delta table.
+    :param storage_conn_id: for a table on an object store, the connection its credentials
+        come from (read in the triggerer; the serialized trigger holds only its id).
     :param pipeline_id: the pipeline of the batch.
     :param batch_key: the batch key (already rendered and checked by the sensor).
     :param generation: the generation that counts (0: any committed load).
@@ -54,9 +56,11 @@ class DeltaBatchTrigger(BaseTrigger):
         generation: int = 0,
         poke_interval: float = 60.0,
         timeout_at: float | None = None,
+        storage_conn_id: str | None = None,
     ) -> None:
         super().__init__()
         self.table_uri = table_uri
+        self.storage_conn_id = storage_conn_id
         self.pipeline_id = pipeline_id
         self.batch_key = batch_key
         self.generation = int(generation)
@@ -70,6 +74,7 @@ class DeltaBatchTrigger(BaseTrigger):
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
                 "table_uri": self.table_uri,
+                "storage_conn_id": self.storage_conn_id,
                 "pipeline_id": self.pipeline_id,
                 "batch_key": self.batch_key,
                 "generation": self.generation,
@@ -86,7 +91,9 @@ class DeltaBatchTrigger(BaseTrigger):
         """Ask until the batch is committed, an ask fails, or ``timeout_at`` passes."""
         try:
             batch = BatchKey(self.pipeline_id, self.batch_key)
-            table = TableRef.parse(self.table_uri)  # the trigger's serialized form holds the string
+            # The serialized form holds the string and the connection's id: the secrets are read
+            # here, in a thread (a connection lookup blocks).
+            table = await asyncio.to_thread(table_ref, self.table_uri, self.storage_conn_id)
         except Exception as exc:
             yield self._error(exc)
             return

@@ -1,5 +1,5 @@
-"""A Delta table on S3 (SeaweedFS) and on Azure Blob (Azurite), end to end through the core
-without Spark (issue 21).
+"""A Delta table on S3 (SeaweedFS), Azure Blob (Azurite) and GCS (fake-gcs-server), end to end
+through the core without Spark (issue 21).
 
 The staged files are written the way Spark's s3a writer leaves them (Parquet objects under
 the attempt's prefix, put through the storage seam); everything after that is the product's
@@ -43,15 +43,18 @@ def _batch(day: int) -> BatchKey:
     return BatchKey(PIPELINE, f"i-202601{day:02d}T000000Z-202601{day + 1:02d}T000000Z")
 
 
-@pytest.fixture(params=["s3", "azure"])
+@pytest.fixture(params=["s3", "azure", "gcs"])
 def ref(request: pytest.FixtureRequest) -> TableRef:
     """A new table's reference on each store, with the server's storage options."""
     if request.param == "s3":
         server = request.getfixturevalue("s3_server")
         root = f"s3://{server.bucket}"
-    else:
+    elif request.param == "azure":
         server = request.getfixturevalue("azure_server")
         root = f"az://{server.container}"
+    else:
+        server = request.getfixturevalue("gcs_server")
+        root = f"gs://{server.bucket}"
     return TableRef.parse(f"{root}/lake/{uuid.uuid4().hex}/orders", server.options())
 
 

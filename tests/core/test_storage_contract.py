@@ -33,10 +33,19 @@ def _azure(request: pytest.FixtureRequest, tmp_path: Any) -> Storage:
     return AzureStorage.from_url(f"az://{server.container}/contract/{uuid.uuid4().hex}", server.options())
 
 
+def _gcs(request: pytest.FixtureRequest, tmp_path: Any) -> Storage:
+    """The GCS backend on the session's fake-gcs-server, under a prefix of this test's own."""
+    from airflow_eod.core.storage.gcs_store import GCSStorage
+
+    server = request.getfixturevalue("gcs_server")
+    return GCSStorage.from_url(f"gs://{server.bucket}/contract/{uuid.uuid4().hex}", server.options())
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Any], Storage]] = {
     "local": lambda request, tmp_path: LocalStorage(root=str(tmp_path / "root")),
     "s3": _s3,
     "azure": _azure,
+    "gcs": _gcs,
 }
 # Servers whose delimiter listing still names a "directory" emptied a moment ago: SeaweedFS
 # 4.48 keeps the filer's folder entry after its last object is deleted (its EmptyFolderCleaner
@@ -45,7 +54,7 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Any], Storage]] = {
 # empty name for nothing there (delete_prefix of it answers False).
 KEEPS_EMPTY_PREFIXES = {"s3"}
 # What each backend needs beyond Python (tests/support/tiers.py): local runs in the unit tier.
-NEEDS = {"s3": [pytest.mark.objectstore], "azure": [pytest.mark.objectstore]}
+NEEDS = {"s3": [pytest.mark.objectstore], "azure": [pytest.mark.objectstore], "gcs": [pytest.mark.objectstore]}
 
 
 @pytest.fixture(params=[pytest.param(name, marks=NEEDS.get(name, [])) for name in sorted(BACKENDS)])

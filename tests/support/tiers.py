@@ -26,6 +26,7 @@ FIXTURE_NEEDS = {
     "spark_cluster": "cluster",
     "s3_server": "objectstore",
     "azure_server": "objectstore",
+    "gcs_server": "objectstore",
 }
 
 

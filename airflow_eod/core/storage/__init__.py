@@ -60,6 +60,7 @@ _BACKENDS = {
     "az": ("azure_store", "AzureStorage"),
     "abfs": ("azure_store", "AzureStorage"),
     "abfss": ("azure_store", "AzureStorage"),
+    "gs": ("gcs_store", "GCSStorage"),
 }
 
 
