@@ -147,6 +147,12 @@ def test_racing_attempts_of_one_batch_end_in_exactly_one_commit(ref: TableRef) -
 
 
 def test_another_writer_compacting_and_vacuuming_between_loads(ref: TableRef) -> None:
+    if ref.scheme == "gs":
+        # delta-rs' own commits after the first go through an object_store call this GCS
+        # emulator (fake-gcs-server behind tests/support/gcs_xml_front.py) does not serve:
+        # here write_deltalake's second commit fails with "Invalid table version: 1". So no
+        # other writer can compact on it; this product's commits are its own puts and pass.
+        pytest.skip("deltalake cannot commit twice on the GCS emulator (fake-gcs-server): no compaction")
     loaded: dict[BatchKey, list[int]] = {}
     for day in range(4, 8):
         batch = _batch(day)

@@ -54,7 +54,7 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Any], Storage]] = {
 # empty name for nothing there (delete_prefix of it answers False).
 KEEPS_EMPTY_PREFIXES = {"s3"}
 # What each backend needs beyond Python (tests/support/tiers.py): local runs in the unit tier.
-NEEDS = {"s3": [pytest.mark.objectstore], "azure": [pytest.mark.objectstore], "gcs": [pytest.mark.objectstore]}
+NEEDS = {name: [pytest.mark.objectstore] for name in ("s3", "azure", "gcs")}
 
 
 @pytest.fixture(params=[pytest.param(name, marks=NEEDS.get(name, [])) for name in sorted(BACKENDS)])
