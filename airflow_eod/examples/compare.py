@@ -19,6 +19,8 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from airflow_eod.core.table_ref import TableLike, TableRef
+
 
 @dataclass
 class Comparison:
@@ -61,9 +63,12 @@ def compare_rows(source: list[tuple[Any, ...]], target: list[tuple[Any, ...]]) -
     return cmp
 
 
-def read_delta_rows(table_uri: str, columns: list[str]) -> list[tuple[Any, ...]]:
-    """Every visible row of the Delta table (read with delta-rs, not Spark)."""
-    return _rows(pa.table(DeltaTable(table_uri).to_pyarrow_table()), columns)
+def read_delta_rows(table_uri: TableLike, columns: list[str]) -> list[tuple[Any, ...]]:
+    """Every visible row of the Delta table (read with delta-rs, not Spark; on an object
+    store with the reference's storage options)."""
+    ref = TableRef.parse(table_uri)
+    table = DeltaTable(ref.location, storage_options=ref.storage_options)
+    return _rows(pa.table(table.to_pyarrow_table()), columns)
 
 
 def replay_log(table_uri: str) -> dict[str, dict[str, Any]]:
@@ -125,7 +130,11 @@ def read_landing_rows(
 
 
 def compare_table_with_landing(
-    table_uri: str, directory: str, file_format: str, columns: list[str], schema: pa.Schema | None = None
+    table_uri: TableLike,
+    directory: str,
+    file_format: str,
+    columns: list[str],
+    schema: pa.Schema | None = None,
 ) -> Comparison:
     """Compare the table with the landing directory, row by row, on ``columns``."""
     return compare_rows(
