@@ -1,0 +1,52 @@
+"""Adversarial review of issue 21 (tables on object stores), on real servers (SeaweedFS S3,
+Azurite, fake-gcs-server). Each test asserts the correct behaviour and fails today."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_eod.core.ask import ask
+from airflow_eod.core.delta.log import clear_cache
+from airflow_eod.core.load_commit import commit_batch
+from airflow_eod.core.table_ref import TableRef
+from tests.core.test_object_store_tables import _batch, stage
+
+pytestmark = pytest.mark.objectstore
+pytest.importorskip("obstore")
+
+
+@pytest.fixture(scope="module")
+def other_s3_server(s3_server: Any) -> Iterator[Any]:
+    """A second SeaweedFS S3 server (another store, same bucket name: ``s3://eod/...`` names
+    a different table on each)."""
+    from tests.support.s3_server import S3Server
+
+    server = S3Server.start()
+    yield server
+    server.stop()
+
+
+def test_the_log_cache_never_answers_for_another_store_at_the_same_uri(
+    s3_server: Any, other_s3_server: Any
+) -> None:
+    """Finding: core/delta/log.py's ``_CACHE`` is keyed by the table's location only, and a
+    cached reading keeps the first reference (and its storage options). The same URI on
+    another store (another endpoint or account: a test and a production lake, two regions)
+    is then answered from the first store: the ask says "committed" for a batch the second
+    table never got, and the load skips it (I2, a loss)."""
+    clear_cache()
+    uri = f"s3://{s3_server.bucket}/lake/{uuid.uuid4().hex}/orders"
+    first = TableRef.parse(uri, s3_server.options())
+    second = TableRef.parse(uri, other_s3_server.options())
+    batch = _batch(1)
+    assert commit_batch(first, batch, 0, *stage(first, batch, [1, 2]))[0]
+    assert ask(first, batch).committed
+    # The other store holds no table at this URI at all.
+    assert not second.storage().has_prefix("_delta_log")
+    assert not ask(second, batch).committed, "the ask answered from the other store's table"
+    we, _ = commit_batch(second, batch, 0, *stage(second, batch, [1, 2]))
+    assert we, "the batch was never written to the second store's table (lost)"
