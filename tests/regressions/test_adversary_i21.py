@@ -13,7 +13,7 @@ from airflow_eod.core.ask import ask
 from airflow_eod.core.delta.log import clear_cache
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.table_ref import TableRef
-from tests.core.test_object_store_tables import _batch, stage
+from tests.core.test_object_store_tables import _batch, rows_of, stage
 
 pytestmark = pytest.mark.objectstore
 pytest.importorskip("obstore")
@@ -50,3 +50,29 @@ def test_the_log_cache_never_answers_for_another_store_at_the_same_uri(
     assert not ask(second, batch).committed, "the ask answered from the other store's table"
     we, _ = commit_batch(second, batch, 0, *stage(second, batch, [1, 2]))
     assert we, "the batch was never written to the second store's table (lost)"
+
+
+
+@pytest.mark.parametrize("form", ["abfss-account", "abfss", "abfs"])
+def test_a_table_named_by_an_abfss_uri_commits_and_records_its_batch(azure_server: Any, form: str) -> None:
+    """Finding: a table named ``abfss://container@account.dfs.core.windows.net/...`` (the
+    form the issue and the docs name first) or ``abfs[s]://container/...`` commits the batch
+    into the Delta log and then fails writing the batch's commit record: the plan log builds
+    its entries' paths from the storage's root (``az://container/...``), and
+    ``PlanLog.key_of`` refuses them as "outside the table" (the reference's location keeps the
+    ``abfss://`` spelling). The load fails after its data became visible, and the durable
+    record that answers for the batch once its ``txn`` marker expires is never written (I1
+    after the retention window, I7)."""
+    from tests.support.azurite_server import ACCOUNT
+
+    container = azure_server.container
+    where = {
+        "abfss-account": f"abfss://{container}@{ACCOUNT}.dfs.core.windows.net",
+        "abfss": f"abfss://{container}",
+        "abfs": f"abfs://{container}",
+    }[form]
+    ref = TableRef.parse(f"{where}/lake/{uuid.uuid4().hex}/orders", azure_server.options())
+    batch = _batch(1)
+    we, status = commit_batch(ref, batch, 0, *stage(ref, batch, [1, 2]))
+    assert we and status.committed
+    assert rows_of(ref) == [(1, batch.key), (2, batch.key)]
