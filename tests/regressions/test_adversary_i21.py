@@ -52,7 +52,6 @@ def test_the_log_cache_never_answers_for_another_store_at_the_same_uri(
     assert we, "the batch was never written to the second store's table (lost)"
 
 
-
 @pytest.mark.parametrize("form", ["abfss-account", "abfss", "abfs"])
 def test_a_table_named_by_an_abfss_uri_commits_and_records_its_batch(azure_server: Any, form: str) -> None:
     """Finding: a table named ``abfss://container@account.dfs.core.windows.net/...`` (the
@@ -76,3 +75,26 @@ def test_a_table_named_by_an_abfss_uri_commits_and_records_its_batch(azure_serve
     we, status = commit_batch(ref, batch, 0, *stage(ref, batch, [1, 2]))
     assert we and status.committed
     assert rows_of(ref) == [(1, batch.key), (2, batch.key)]
+
+
+@pytest.mark.parametrize(
+    ("uri", "options"),
+    [
+        ("s3://eod/lake/t", {"AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "maybe"}),
+        ("gs://eod/lake/t", {"GOOGLE_TIMEOUT": "thirty seconds"}),
+        ("az://eod/lake/t", {"AZURE_STORAGE_ACCOUNT_NAME": "a", "AZURE_STORAGE_ACCOUNT_KEY": "not base64!"}),
+        ("gs://eod/lake/t", {"GOOGLE_SERVICE_ACCOUNT_KEY": '{"private_key": "cut short'}),
+    ],
+)
+def test_a_malformed_storage_option_is_a_configuration_error(uri: str, options: dict[str, str]) -> None:
+    """Finding: ``storage_at`` turns only a ``ValueError`` of the backend into a
+    :class:`ConfigurationError`; obstore refuses a malformed option value (a flag that is no
+    boolean, a timeout that is no duration, an account key that is no base64, a key that is
+    no JSON) with its own ``GenericError`` when it builds the store, which reaches the
+    operator raw: no retry can fix it, yet it is not the error that ends the task at once
+    (I6), and its text does not say which option is wrong."""
+    from airflow_eod.core.errors import ConfigurationError
+    from airflow_eod.core.storage import storage_at
+
+    with pytest.raises(ConfigurationError):
+        storage_at(uri, options)
