@@ -18,7 +18,9 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "airflow_eod"
 ENTRY_POINTS = ("operators/", "sensors/", "triggers/", "links/", "examples/", "cli.py")
 # The one documented Python entry point below them: it takes a string or a TableRef
 # (``TableLike``) and parses it once, as the CLI does.
-PUBLIC_FUNCTIONS = {("core/audit/verify.py", "audit_table")}
+# ``hooks/object_store.table_ref`` is how the operators, the sensor and its trigger parse a
+# rendered ``table_uri`` (once), with the connection's storage options.
+PUBLIC_FUNCTIONS = {("core/audit/verify.py", "audit_table"), ("hooks/object_store.py", "table_ref")}
 # Parameter names that hold a table.
 TABLE_PARAMS = {"table_uri", "table_path", "quarantine_uri", "main_table_uri", "table", "ref"}
 # The errors hold the table's location as text, for their message and for whoever catches

@@ -121,8 +121,10 @@ def _refuse_links_in_log(ref: TableRef) -> None:
 
 
 # The newest reading of each table in this process. A commit asks, commits, records and
-# asks again: each later reading only reads the commits that landed since.
-_CACHE: dict[str, tuple[TableLog, str]] = {}
+# asks again: each later reading only reads the commits that landed since. Keyed by the
+# location and the storage options: one URI names other tables on other stores (another
+# endpoint, another Azure account), and a reading of one must never answer for the other.
+_CACHE: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[TableLog, str]] = {}
 
 
 def clear_cache() -> None:
@@ -135,8 +137,7 @@ def read_log(ref: TableRef) -> TableLog | None:
 
     :param ref: the table.
     """
-    table_path = ref.path
-    cached = _CACHE.get(table_path)
+    cached = _CACHE.get((ref.location, ref.options))
     if cached is not None:
         try:
             extended = _extend(cached[0], cached[1])
@@ -179,7 +180,7 @@ def _remember(table: TableLog | None) -> None:
         return
     signature = _signature(table)
     if signature is not None:
-        _CACHE[table.path] = (table, signature)
+        _CACHE[(table.ref.location, table.ref.options)] = (table, signature)
 
 
 def _extend(cached: TableLog, signature: str) -> TableLog | None:

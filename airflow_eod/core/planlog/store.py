@@ -113,9 +113,12 @@ class PlanLog:
     def key_of(self, path: str) -> str:
         """The storage key of ``path`` (a path in this table, from :meth:`_path`)."""
         if not self.ref.is_local:
-            if not path.startswith(self.table_path + "/"):
+            # The inverse of the storage's ``where`` (its root may be spelled otherwise than
+            # the table's URI: ``az://c/p`` for ``abfss://c@account.dfs.core.windows.net/p``).
+            root = self.storage.where("k")[:-1]
+            if not path.startswith(root):
                 raise PlanLogError(f"plan-log entry {path} is outside the table {self.table_path}")
-            return path[len(self.table_path) + 1 :]
+            return path[len(root) :]
         return os.path.relpath(path, self.table_path).replace(os.sep, "/")
 
     def _check_target(self) -> None:

@@ -81,4 +81,10 @@ def _object_storage(root: str, options: tuple[tuple[str, str], ...]) -> Storage:
         storage: Storage = getattr(module, class_name).from_url(root, dict(options))
     except ValueError as exc:
         raise ConfigurationError(f"{root}: {exc}") from None
+    except Exception as exc:
+        # obstore refuses a malformed option (a flag that is no boolean, a key that is no
+        # base64) when it builds the store: no retry mends that. Its message names the
+        # option, not its value (checked for every store: no secret is echoed).
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigurationError(f"{root}: the storage options are refused: {first}") from None
     return storage
