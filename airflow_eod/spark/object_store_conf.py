@@ -30,6 +30,13 @@ from urllib.parse import urlsplit
 MASK = "***"
 _DFS = "dfs.core.windows.net"
 _TRUE = {"true", "1", "yes", "on"}
+# Options that send Azure requests somewhere other than *.dfs.core.windows.net.
+_AZURE_ELSEWHERE = (
+    "AZURE_STORAGE_USE_EMULATOR",
+    "AZURE_USE_EMULATOR",
+    "AZURE_ENDPOINT",
+    "AZURE_STORAGE_ENDPOINT",
+)
 
 
 class Secret:
@@ -161,7 +168,7 @@ def _s3(bucket: str, path: str, opts: Mapping[str, str]) -> HadoopStoreConf:
 
 
 def _azure(scheme: str, netloc: str, path: str, opts: Mapping[str, str]) -> HadoopStoreConf:
-    for name in ("AZURE_STORAGE_USE_EMULATOR", "AZURE_USE_EMULATOR", "AZURE_ENDPOINT", "AZURE_STORAGE_ENDPOINT"):
+    for name in _AZURE_ELSEWHERE:
         if opts.get(name) and opts[name].lower() not in ("false", "0"):
             raise ValueError(
                 f"{name}: Hadoop's ABFS connector reaches only *.{_DFS} (Azurite serves no "

@@ -13,7 +13,7 @@ import io
 import os
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -29,7 +29,7 @@ object_store = pytest.importorskip("airflow_eod.core.storage.object_store")
 pq = pytest.importorskip("pyarrow.parquet")
 
 ROWS = [
-    (i, f"name-{i}", Decimal(f"{i}.{i % 100:02d}"), datetime(2024, 1, 1 + i % 28, i % 24, tzinfo=timezone.utc))
+    (i, f"name-{i}", Decimal(f"{i}.{i % 100:02d}"), datetime(2024, 1, 1 + i % 28, i % 24, tzinfo=UTC))
     for i in range(1, 301)
 ]
 
@@ -69,7 +69,7 @@ def _utc(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """``row`` with its timestamp as an aware UTC datetime: Spark's collect() gives a naive
     one in this process's local time, pyarrow an aware UTC one."""
     *rest, ts = row
-    return (*rest, ts.astimezone(timezone.utc))
+    return (*rest, ts.astimezone(UTC))
 
 
 def _all_keys(storage: Any) -> list[str]:
