@@ -43,7 +43,7 @@ jars: $(STAMP) ## fetch the Delta Spark jars for the delta_spark tier (Maven, on
 jars-s3: $(STAMP) ## fetch the s3a connector (hadoop-aws, AWS SDK bundle) for pyspark's Hadoop (Maven, once)
 	@$(BIN)/python -m airflow_eod.spark.cloud_jars s3 >/dev/null || echo "the Spark s3a tests will be skipped (see above)"
 
-# The ABFS and GCS connectors, by hand (no test server serves them to Spark: Azurite has no
+# The ABFS and GCS connectors (hadoop-gcp on Hadoop 3.5), by hand (no test server serves them to Spark: Azurite has no
 # ADLS Gen2 endpoint): print their paths for spark.jars.
 jars-cloud: $(STAMP) ## fetch the abfss:// and gs:// connectors for pyspark's Hadoop and print their paths
 	@$(BIN)/python -m airflow_eod.spark.cloud_jars azure gcs

@@ -47,9 +47,12 @@ _S3: dict[str, list[Jar]] = {
     ],
 }
 _WILDFLY = {"3.3.4": "1.0.7.Final", "3.4.1": "1.1.3.Final", "3.4.2": "2.1.4.Final", "3.5.0": "2.2.5.Final"}
-# The shaded GCS connector for Hadoop 3 (one jar with its Google clients relocated); Spark's
-# own hadoop-cloud module pins hadoop3-2.2.28 for Hadoop 3.4.2, and the 2.2 line serves 3.3+.
+# Before Hadoop 3.5, Google's shaded GCS connector (one jar with its Google clients relocated;
+# Spark's own hadoop-cloud module pins hadoop3-2.2.28 for Hadoop 3.4.2). Hadoop 3.5 ships its
+# own, hadoop-gcp, and its core-default.xml maps gs:// to it with fs.gs.* defaults ("64m")
+# that Google's 2.2 connector cannot parse ("For input string: 64m" at the first gs:// use).
 GCS_CONNECTOR = Jar("com.google.cloud.bigdataoss", "gcs-connector", "hadoop3-2.2.28", "shaded")
+_HADOOP_GCP_SINCE = (3, 5)
 STORES = ("s3", "azure", "gcs")
 
 
@@ -79,9 +82,11 @@ def object_store_jars(store: str, hadoop: str | None = None) -> list[Jar]:
     """
     if store not in STORES:
         raise JarFetchError(f"unknown store {store!r} (known: {', '.join(STORES)})")
-    if store == "gcs":
-        return [GCS_CONNECTOR]
     hadoop = hadoop or hadoop_version()
+    if store == "gcs":
+        if tuple(int(n) for n in hadoop.split(".")[:2]) >= _HADOOP_GCP_SINCE:
+            return [Jar(HADOOP, "hadoop-gcp", hadoop)]
+        return [GCS_CONNECTOR]
     if hadoop not in _S3:
         raise JarFetchError(
             f"no {store} connector set is known for Hadoop {hadoop} (known: {', '.join(sorted(_S3))}); "

@@ -219,11 +219,11 @@ def _gcs(bucket: str, path: str, opts: Mapping[str, str]) -> HadoopStoreConf:
     for name in ("GOOGLE_BASE_URL", "GOOGLE_STORAGE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST"):
         if opts.get(name):
             raise ValueError(f"{name}: not expressed for the GCS connector; refused, not ignored")
-    # The GCS connector 2.2 reads its credentials from fs.gs.* only, not per bucket.
-    settings: dict[str, str] = {
-        "fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
-        "fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS",
-    }
+    # Both GCS connectors (Google's 2.2, Hadoop 3.5's hadoop-gcp) read their credentials from
+    # fs.gs.* only, not per bucket. fs.gs.impl is left alone: Hadoop 3.5's core-default names
+    # hadoop-gcp, Google's jar registers itself as a FileSystem service before that.
+    # fs.gs.auth.type is hadoop-gcp's (3.x) switch, fs.gs.auth.service.account.enable 2.2's.
+    settings: dict[str, str] = {}
     secrets: dict[str, Secret] = {}
     key_path = _first(
         opts, "GOOGLE_SERVICE_ACCOUNT_PATH", "GOOGLE_SERVICE_ACCOUNT", "SERVICE_ACCOUNT",
@@ -231,6 +231,7 @@ def _gcs(bucket: str, path: str, opts: Mapping[str, str]) -> HadoopStoreConf:
     )  # fmt: skip
     key_json = _first(opts, "GOOGLE_SERVICE_ACCOUNT_KEY", "SERVICE_ACCOUNT_KEY")
     if key_path:
+        settings["fs.gs.auth.type"] = "SERVICE_ACCOUNT_JSON_KEYFILE"
         settings["fs.gs.auth.service.account.enable"] = "true"
         settings["fs.gs.auth.service.account.json.keyfile"] = key_path
     elif key_json:

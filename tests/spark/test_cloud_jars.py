@@ -46,7 +46,8 @@ def test_azure_gcs_and_unknowns() -> None:
         "wildfly-openssl",
         "HdrHistogram",
     ]
-    (gcs,) = object_store_jars("gcs", "3.5.0")
+    assert [j.coordinate for j in object_store_jars("gcs", "3.5.0")] == ["org.apache.hadoop:hadoop-gcp:3.5.0"]
+    (gcs,) = object_store_jars("gcs", "3.4.2")
     assert gcs.coordinate == "com.google.cloud.bigdataoss:gcs-connector:hadoop3-2.2.28:jar:shaded"
     assert gcs.file_name == "gcs-connector-hadoop3-2.2.28-shaded.jar"
     with pytest.raises(JarFetchError, match=r"Hadoop 3\.2\.0"):
@@ -58,7 +59,7 @@ def test_azure_gcs_and_unknowns() -> None:
 def test_a_second_fetch_asks_maven_nothing(tmp_path: Path) -> None:
     mvn, log = _fake_mvn(tmp_path)
     cache = str(tmp_path / "cache")
-    jars = object_store_jars("s3", "3.5.0") + object_store_jars("gcs")
+    jars = object_store_jars("s3", "3.5.0") + object_store_jars("gcs", "3.4.1")
     first = fetch(jars, cache, mvn=mvn)
     assert fetch(jars, cache, mvn=mvn) == first == cached(jars, cache)
     assert log.read_text().split() == [j.coordinate for j in jars]
