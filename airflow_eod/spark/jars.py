@@ -53,19 +53,24 @@ class Jar:
     :param group: the Maven group id.
     :param artifact: the artifact id.
     :param version: the artifact's version.
+    :param classifier: the artifact's classifier, such as ``shaded`` (none by default).
     """
 
     group: str
     artifact: str
     version: str
+    classifier: str = ""
 
     @property
     def coordinate(self) -> str:
+        if self.classifier:
+            return f"{self.group}:{self.artifact}:{self.version}:jar:{self.classifier}"
         return f"{self.group}:{self.artifact}:{self.version}"
 
     @property
     def file_name(self) -> str:
-        return f"{self.artifact}-{self.version}.jar"
+        suffix = f"-{self.classifier}" if self.classifier else ""
+        return f"{self.artifact}-{self.version}{suffix}.jar"
 
 
 def spark_minor(version: str | None = None) -> str:

@@ -35,7 +35,7 @@ def _fake_mvn(tmp_path: Path, *, fail: bool = False) -> tuple[str, Path]:
             'for a in "$@"; do case "$a" in -Dartifact=*) art="${a#-Dartifact=}";; '
             '-DoutputDirectory=*) out="${a#-DoutputDirectory=}";; esac; done\n'
             'echo "$art" >> ' + str(log) + "\n"
-            'IFS=: read g a v <<< "$art"; echo jar > "$out/$a-$v.jar"'
+            'IFS=: read g a v t c <<< "$art"; echo jar > "$out/$a-$v${c:+-$c}.jar"'
         )
     )
     script.write_text("#!/usr/bin/env bash\n" + body + "\n")
