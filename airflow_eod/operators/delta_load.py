@@ -226,13 +226,20 @@ class BaseDeltaLoadOperator(BaseOperator):
             return bounds[0], bounds[1]  # type: ignore[return-value]
         return data_interval_for(context)
 
-    def _local_conf(self) -> dict[str, str]:
+    def _local_conf(self, table: TableRef) -> dict[str, str]:
+        from airflow_eod.spark.cloud_jars import connector_class_path
         from airflow_eod.spark.session import engine_conf
 
         # Progress bars are for terminals: in a task log they are noise on every stage.
         conf = {"spark.ui.showConsoleProgress": "false", **engine_conf(self.engine), **self.spark_conf}
         if self.jars:
             conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), self.jars]))
+        connector = None if table.is_local else connector_class_path(table.scheme)
+        if connector:
+            # On the class path, not in spark.jars: Spark would copy the AWS SDK bundle
+            # (686 MB) into its temporary folder at every start.
+            key = "spark.driver.extraClassPath"
+            conf[key] = ":".join(filter(None, [conf.get(key), connector]))
         return conf
 
     def _settings(self, context: Any) -> LoadSettings:
@@ -286,7 +293,7 @@ class BaseDeltaLoadOperator(BaseOperator):
             from airflow_eod.spark.session import get_session
 
             # The JVM's log lines reach the task log at their own levels, not as errors.
-            return get_session(conf=self._local_conf(), jvm_log=logging.getLogger(LOGGER_NAME))
+            return get_session(conf=self._local_conf(table), jvm_log=logging.getLogger(LOGGER_NAME))
 
         # Planning runs in the task in both modes; a SparkSession is made only if it needs
         # one (a JDBC head query), never for a retry of a batch already planned.

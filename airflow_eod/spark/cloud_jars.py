@@ -26,7 +26,7 @@ import re
 import subprocess
 import sys
 
-from airflow_eod.spark.jars import DEFAULT_CACHE, Jar, JarFetchError, fetch
+from airflow_eod.spark.jars import DEFAULT_CACHE, Jar, JarFetchError, cached, fetch
 
 HADOOP = "org.apache.hadoop"
 AWS_V2 = "software.amazon.awssdk"
@@ -100,6 +100,24 @@ def object_store_jars(store: str, hadoop: str | None = None) -> list[Jar]:
         Jar("org.wildfly.openssl", "wildfly-openssl", _WILDFLY[hadoop]),
         Jar("org.hdrhistogram", "HdrHistogram", "2.1.12"),
     ]
+
+
+# A table URI's scheme -> the store whose connector writes it.
+SCHEME_STORES = {"s3": "s3", "az": "azure", "abfs": "azure", "abfss": "azure", "gs": "gcs"}
+
+
+def connector_class_path(scheme: str, cache: str = DEFAULT_CACHE) -> str | None:
+    """The driver class path entries (``:``-joined) of the connector for tables on ``scheme``
+    when the cache holds its jars (``python -m airflow_eod.spark.cloud_jars s3`` fetched
+    them), else ``None``; fetches nothing (the bundle is hundreds of MB: not a task's job)."""
+    store = SCHEME_STORES.get(scheme)
+    if store is None:
+        return None
+    try:
+        paths = cached(object_store_jars(store), cache)
+    except JarFetchError:
+        return None
+    return ":".join(paths) if paths else None
 
 
 def main(argv: list[str] | None = None) -> int:

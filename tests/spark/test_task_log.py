@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.operators.landing_files_to_delta import LandingFilesToDeltaOperator
 from airflow_eod.spark.jvm_log import level_of
 from tests.conftest import REPO
@@ -71,11 +72,11 @@ def test_a_line_takes_log4js_level_and_a_continuation_the_level_of_its_entry() -
 
 def test_tasks_draw_no_progress_bars_unless_asked(tmp_path: Any) -> None:
     op = LandingFilesToDeltaOperator(task_id="t", landing_path="/l", table_uri=str(tmp_path / "t"))
-    assert op._local_conf()["spark.ui.showConsoleProgress"] == "false"
+    assert op._local_conf(TableRef.parse(op.table_uri))["spark.ui.showConsoleProgress"] == "false"
     mine = LandingFilesToDeltaOperator(
         task_id="u",
         landing_path="/l",
         table_uri=str(tmp_path / "u"),
         spark_conf={"spark.ui.showConsoleProgress": "true"},
     )
-    assert mine._local_conf()["spark.ui.showConsoleProgress"] == "true"
+    assert mine._local_conf(TableRef.parse(mine.table_uri))["spark.ui.showConsoleProgress"] == "true"
