@@ -5,6 +5,8 @@ their marker in one Delta commit, and a sensor confirms the batch from the table
 Retries, clears and a task killed after its commit never load a file twice.
 
 ``EOD_DEMO_LANDING`` and ``EOD_DEMO_TABLE`` choose the directories; ``make demo`` sets them.
+The table may be on an object store (``s3://bucket/lake/orders``): ``EOD_DEMO_STORAGE_CONN``
+then names the Airflow connection its credentials come from (docs/object-stores.md).
 Trigger with ``{"restate": true, "restate_batch_key": "<key>"}`` to re-load a batch on
 purpose: it becomes generation + 1, swapped for the old one in one commit. A DAG without
 these params does the same with ``{"eod_pipeline": "eod_landing_files_example.load_orders",
@@ -24,6 +26,7 @@ from airflow_eod.sensors.delta_batch import DeltaBatchSensor
 
 LANDING = os.environ.get("EOD_DEMO_LANDING", "/tmp/airflow-eod-demo/landing")
 TABLE = os.environ.get("EOD_DEMO_TABLE", "/tmp/airflow-eod-demo/orders")
+STORAGE_CONN = os.environ.get("EOD_DEMO_STORAGE_CONN") or None
 ORDERS_SCHEMA = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"
 
 with DAG(
@@ -45,6 +48,7 @@ with DAG(
         task_id="load_orders",
         landing_path=LANDING,
         table_uri=TABLE,
+        storage_conn_id=STORAGE_CONN,
         file_format="csv",
         schema=ORDERS_SCHEMA,
         partition_by=["order_date"],
@@ -55,6 +59,7 @@ with DAG(
     confirm_orders = DeltaBatchSensor(
         task_id="confirm_orders",
         table_uri=TABLE,
+        storage_conn_id=STORAGE_CONN,
         pipeline_id="eod_landing_files_example.load_orders",
         batch_key="{{ ti.xcom_pull(task_ids='load_orders')['batch_key'] }}",
         poke_interval=1,
