@@ -125,3 +125,49 @@ def test_an_object_store_load_refuses_what_it_does_not_do_yet(s3_server: Any) ->
         with pytest.raises(ConfigurationError, match=cause):
             check_object_store_load(ref, **kwargs)  # type: ignore[arg-type]
     check_object_store_load(ref, engine="delta-rs", execution="local", quarantine=None)
+
+
+@pytest.mark.jdbc
+@pytest.mark.parametrize("point", ["after_stage", "after_commit"])
+def test_jdbc_batches_into_s3_survive_a_crash_and_follow_the_key_frontier(
+    spark: Any, postgres: Any, s3_table: TableRef, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other source: key-range batches from PostgreSQL into the S3 table, a crash at a
+    boundary and its retry, then the next range; the table against PostgreSQL row by row."""
+    from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
+    from airflow_eod.spark.load_spec import LoadSettings, LoadSpec
+    from tests.support.jdbc_helpers import check_against_postgres, create_orders, insert_orders
+
+    name = f"orders_s3_{point}"
+    create_orders(postgres, name)
+    insert_orders(postgres, name, range(1, 61))
+    src = JdbcIncrementalSource(url=postgres.jdbc_url, table=name, key_column="id", max_rows_per_batch=40)
+    ctx = ReadContext(spark_factory=lambda: spark, credentials=Credentials(postgres.user, postgres.password))
+
+    def plan(run: str) -> Any:
+        return src.plan(
+            PlanLog(s3_table, "tests.jdbc_s3"),
+            ctx,
+            run_token=run,
+            is_committed=lambda k: ask(s3_table, k).committed,
+        )
+
+    def spec(p: Any, try_number: int) -> LoadSpec:
+        return LoadSpec(
+            table=s3_table, plan=p, source=src, settings=LoadSettings(run_id="r", try_number=try_number)
+        )
+
+    first = plan("r0")
+    monkeypatch.setenv("EOD_FAULTPOINTS", f"{point}=raise@1")
+    with pytest.raises(InjectedFault):
+        run_load(spark, spec(first, 1), credentials=ctx.credentials)
+    monkeypatch.delenv("EOD_FAULTPOINTS")
+    assert plan("r0") == first
+    outcome = run_load(spark, spec(first, 2), credentials=ctx.credentials).outcome
+    assert outcome == ("already_committed" if point == "after_commit" else "committed")
+    second = plan("r1")
+    assert (second.boundary["low"], second.boundary["high"]) == (40, 60)
+    assert run_load(spark, spec(second, 1), credentials=ctx.credentials).outcome == "committed"
+    cmp = check_against_postgres(postgres, name, s3_table)  # type: ignore[arg-type]
+    assert cmp.exact and cmp.table_rows == 60, cmp.describe()
+    assert _history(s3_table) == 2 and audit_table(s3_table).ok
