@@ -83,7 +83,8 @@ def emulator_binary() -> str | None:
         return os.environ["EOD_FAKE_GCS"]
     if os.access(cached_binary(), os.X_OK):
         return cached_binary()
-    go = shutil.which("go")
+    # The official Go tarball installs into /usr/local/go, often not on a service's PATH.
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
     if go is None:
         return None
     os.makedirs(CACHE, exist_ok=True)
