@@ -84,7 +84,7 @@ def emulator_binary() -> str | None:
     if os.access(cached_binary(), os.X_OK):
         return cached_binary()
     # The official Go tarball installs into /usr/local/go, often not on a service's PATH.
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
+    go = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
     if go is None:
         return None
     os.makedirs(CACHE, exist_ok=True)
