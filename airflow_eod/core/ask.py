@@ -28,6 +28,7 @@ from airflow_eod.core.records.store import (
     record_at,
     repair_record,
 )
+from airflow_eod.core.storage import requests_logged
 from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
@@ -144,4 +145,5 @@ def ask(ref: TableRef, batch: BatchKey, generation: int = 0) -> BatchStatus:
     :param batch: the batch.
     :param generation: the generation that counts as received.
     """
-    return ask_table(open_table(ref), batch, generation)
+    with requests_logged(None if ref.is_local else ref.storage(), log, "the ask", batch):
+        return ask_table(open_table(ref), batch, generation)

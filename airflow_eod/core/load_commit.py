@@ -35,6 +35,7 @@ from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.records.store import CommitRecord, write_record
 from airflow_eod.core.replaced_files import refuse_dropping_landed_files, replaced_files
 from airflow_eod.core.staged_files import StagedBatch
+from airflow_eod.core.storage import requests_logged
 from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,30 @@ def commit_batch(
     :returns: ``(we_committed, status)`` where ``status`` is the table's answer after the
         commit (or the answer that showed the batch was already there).
     """
+    with requests_logged(None if ref.is_local else ref.storage(), log, "the commit", batch):
+        return _commit_batch(
+            ref,
+            batch,
+            generation,
+            staged,
+            manifest,
+            table_configuration=table_configuration,
+            replace_previous=replace_previous,
+            schema_policy=schema_policy,
+        )
+
+
+def _commit_batch(
+    ref: TableRef,
+    batch: BatchKey,
+    generation: int,
+    staged: StagedBatch,
+    manifest: Manifest,
+    *,
+    table_configuration: Mapping[str, str] | None = None,
+    replace_previous: bool = False,
+    schema_policy: str = table_compat.SCHEMA_FAIL,
+) -> tuple[bool, BatchStatus]:
     config = {RETENTION_KEY: DEFAULT_RETENTION, **(table_configuration or {})}
     store = ref.storage()
     missing = [f.path for f in staged.files if store.head(f.path) is None]
@@ -238,3 +263,6 @@ def commit_batch(
         f"gave up after {MAX_COMMIT_ROUNDS} commit rounds lost to concurrent writers; "
         "nothing was committed, the next attempt will ask and try again",
     )
+
+
+

@@ -31,6 +31,7 @@ from airflow_eod.core.result import (
     LoadResult,
     result_from_status,
 )
+from airflow_eod.core.storage import requests_logged
 from airflow_eod.core.table_ref import TableRef
 
 if TYPE_CHECKING:
@@ -123,6 +124,12 @@ def _restated(
 def freeze(request: LoadRequest, source: Source, ctx: ReadContext) -> FrozenBatch | LoadResult | BatchStatus:
     """Freeze the run's batch. Returns the :class:`LoadResult` of a run with nothing new,
     the :class:`BatchStatus` of a batch the table already holds, or the batch to load."""
+    table = request.table
+    with requests_logged(None if table.is_local else table.storage(), log, "planning", request.pipeline_id):
+        return _freeze(request, source, ctx)
+
+
+def _freeze(request: LoadRequest, source: Source, ctx: ReadContext) -> FrozenBatch | LoadResult | BatchStatus:
     # Planning writes the plan log beside the table: refuse a path that is a file or another
     # system's directory before anything is written into it.
     open_table(request.table)

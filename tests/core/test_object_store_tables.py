@@ -174,6 +174,22 @@ def test_another_writer_compacting_and_vacuuming_between_loads(ref: TableRef) ->
     assert not report.errors, report.to_dict()
 
 
+def test_the_requests_of_an_ask_a_commit_and_a_planning_are_logged_at_debug(
+    ref: TableRef, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    batch = _batch(25)
+    staged = stage(ref, batch, [1])
+    with caplog.at_level(logging.DEBUG, logger="airflow_eod"):
+        commit_batch(ref, batch, 0, *staged)
+        ask(ref, batch)
+    said = [r.getMessage() for r in caplog.records if "requests to" in r.getMessage()]
+    assert any(m.startswith(f"{batch}: the commit made ") for m in said), said
+    assert any(m.startswith(f"{batch}: the ask made ") for m in said), said
+    assert all(int(m.split(" made ")[1].split()[0]) > 0 for m in said), said
+
+
 def test_requests_per_ask_stay_flat_across_checkpoints(ref: TableRef) -> None:
     """A cold ask's requests do not grow with the batches loaded: the log is read from the
     newest checkpoint (written on the store by the commits, every 2 here) on. The figures at

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterator, Mapping
 
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.storage.base import (
@@ -28,9 +30,27 @@ __all__ = [
     "UnknownOutcome",
     "object_lines",
     "put_settled",
+    "requests_logged",
     "settle_put",
     "storage_at",
 ]
+
+
+@contextlib.contextmanager
+def requests_logged(store: Storage | None, log: logging.Logger, what: str, label: object) -> Iterator[None]:
+    """Log at debug level how many requests ``what`` (an ask, a commit, a planning) made to an
+    object store (``store``; ``None`` for a local table, which makes none; ``label``: the
+    batch or the pipeline it was for). The count is of this process's storage for the table,
+    shared by threads: a figure for the operator's eye and the benchmarks, not an exact meter
+    under concurrency."""
+    counter = getattr(store, "requests", None)
+    before = sum(counter.values()) if counter is not None else 0
+    try:
+        yield
+    finally:
+        if counter is not None and log.isEnabledFor(logging.DEBUG):
+            made = sum(counter.values()) - before
+            log.debug("%s: %s made %d requests to %s", label, what, made, store.where(""))  # type: ignore[union-attr]
 
 
 def storage_at(root: str, options: Mapping[str, str] | None = None) -> Storage:
