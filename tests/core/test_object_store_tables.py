@@ -211,3 +211,40 @@ def test_requests_per_ask_stay_flat_across_checkpoints(ref: TableRef) -> None:
     window = counts[4:]
     assert max(window) - min(window) <= 3 and window[-1] <= window[0] + 3, counts
     assert rows_of(ref) == sorted((d, _batch(d).key) for d in range(10, 22))
+
+
+@pytest.mark.parametrize("lost", ["_delta_log/", "_eod/"])
+def test_a_commit_whose_reply_is_lost_after_it_landed_commits_once(
+    ref: TableRef, monkeypatch: pytest.MonkeyPatch, lost: str
+) -> None:
+    """I10 at the commit: the put of the Delta commit (or of the commit record in the plan log)
+    lands on the store, then its reply is lost (a reset). The writer reads back its attempt's
+    bytes: the batch is committed once, recorded, and a retry writes nothing."""
+    import obstore
+
+    from airflow_eod.core.storage import object_store
+
+    first = _batch(2)
+    commit_batch(ref, first, 0, *stage(ref, first, [0]))  # the table exists: our own commit puts
+    real = obstore.put
+    dropped: list[str] = []
+
+    def lands_then_resets(store: Any, key: str, *args: Any, **kwargs: Any) -> Any:
+        result = real(store, key, *args, **kwargs)
+        if kwargs.get("mode") == "create" and key.startswith(lost) and not dropped:
+            dropped.append(key)
+            raise obstore.exceptions.GenericError(
+                "Generic error: error sending request: connection reset by peer"
+            )
+        return result
+
+    monkeypatch.setattr(object_store.obstore, "put", lands_then_resets)
+    batch = _batch(3)
+    we, status = commit_batch(ref, batch, 0, *stage(ref, batch, [7, 8]))
+    monkeypatch.undo()
+    assert dropped, "no reply was lost: the test did not reach the put it means to cut"
+    assert we and status.committed
+    again, _ = commit_batch(ref, batch, 0, *stage(ref, batch, [7, 8]))
+    assert not again
+    assert rows_of(ref) == expected({first: [0], batch: [7, 8]})
+    assert audit_table(ref).ok
