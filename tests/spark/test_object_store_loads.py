@@ -171,3 +171,23 @@ def test_jdbc_batches_into_s3_survive_a_crash_and_follow_the_key_frontier(
     cmp = check_against_postgres(postgres, name, s3_table)  # type: ignore[arg-type]
     assert cmp.exact and cmp.table_rows == 60, cmp.describe()
     assert _history(s3_table) == 2 and audit_table(s3_table).ok
+
+
+def test_a_partition_value_that_is_not_plain_ascii_is_refused_on_a_store_and_nothing_is_left(
+    spark: Any, landing: str, s3_table: TableRef
+) -> None:
+    """On a file system the partition folder is renamed to the spelling every Delta writer
+    reads alike (``customer=%E6%97%A5``); a store has no rename, so the batch is refused by
+    name, nothing is committed, and the attempt's objects are removed."""
+    from airflow_eod.core.errors import BatchRefusedError
+
+    with open(f"{landing}/orders-odd.csv", "w") as fh:
+        fh.write("order_id,customer,amount,order_date,ordered_at\n")
+        fh.write("1,日本,1.00,2026-11-01,2026-11-01T00:00:00.000000Z\n")
+    source = orders_source(landing)
+    plan = plan_for(source, s3_table)  # type: ignore[arg-type]
+    with pytest.raises(BatchRefusedError, match="not plain ASCII") as err:
+        run_load(spark, spec_for(source, s3_table, plan, partition_by=["customer"]))  # type: ignore[arg-type]
+    assert plan.batch_key in str(err.value)
+    assert not ask(s3_table, plan.key).committed
+    assert not s3_table.storage().has_prefix(f"eod_data/{plan.pipeline_id}/{plan.batch_key}")
