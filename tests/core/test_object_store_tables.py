@@ -43,6 +43,15 @@ def _batch(day: int) -> BatchKey:
     return BatchKey(PIPELINE, f"i-202601{day:02d}T000000Z-202601{day + 1:02d}T000000Z")
 
 
+def _batch_at(n: int) -> BatchKey:
+    """The ``n``-th daily batch from 2026-01-01 (any number of them: the benchmark's)."""
+    from datetime import UTC, datetime, timedelta
+
+    start = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=n)
+    end = start + timedelta(days=1)
+    return BatchKey(PIPELINE, f"i-{start:%Y%m%dT%H%M%SZ}-{end:%Y%m%dT%H%M%SZ}")
+
+
 @pytest.fixture(params=["s3", "azure", "gcs"])
 def ref(request: pytest.FixtureRequest) -> TableRef:
     """A new table's reference on each store, with the server's storage options."""
