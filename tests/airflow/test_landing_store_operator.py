@@ -62,7 +62,7 @@ def test_the_table_connection_serves_a_landing_prefix_on_its_store(
 def test_what_a_landing_prefix_on_a_store_refuses(airflow_db: str, landing_conn: str) -> None:
     with pytest.raises(ConfigurationError, match="execution='local' only"):
         _operator(landing_conn_id=landing_conn, execution="submit").build_source()
-    with pytest.raises(ConfigurationError, match="landing path .* is local"):
+    with pytest.raises(ConfigurationError, match=r"landing path .* is local"):
         _operator(landing_path="/tmp/landing", landing_conn_id=landing_conn).build_source()
     # A local landing directory's source is what it always was.
     local = _operator(landing_path="/tmp/landing").build_source()
