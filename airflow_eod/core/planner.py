@@ -202,13 +202,18 @@ def refuse_overlaps(plan_log: PlanLog, plan: Plan, start: datetime, end: datetim
 
 def _owner_froze(plan_log: PlanLog, claim: dict[str, Any], entry: dict[str, Any]) -> tuple[Any, Any]:
     """The (size, mtime_ns) at which the owning batch's newest generation froze the file: a
-    restatement of the owner takes the rewritten content, and then the file is its own again."""
+    restatement of the owner takes the rewritten content, and then the file is its own again.
+    On an object store the second is the ETag (a file there is planned without its mtime)."""
     owner = claim["batch_key"]
     newest = plan_log.get_plan(owner, plan_log.newest_generation(owner))
     for frozen in newest.inputs if newest is not None else []:
         if frozen.get("path") == entry["path"]:
-            return frozen.get("size"), frozen.get("mtime_ns")
-    return claim.get("size"), claim.get("mtime_ns")
+            return _state(frozen)
+    return _state(claim)
+
+
+def _state(entry: dict[str, Any]) -> tuple[Any, Any]:
+    return entry.get("size"), entry["etag"] if "etag" in entry else entry.get("mtime_ns")
 
 
 def own_files(plan_log: PlanLog, plan: Plan) -> Plan:
@@ -227,15 +232,16 @@ def own_files(plan_log: PlanLog, plan: Plan) -> Plan:
         claim = plan_log.claim_file(entry, plan.batch_key)
         if claim["batch_key"] == plan.batch_key:
             owned.append(entry)
-        elif _owner_froze(plan_log, claim, entry) != (entry.get("size"), entry.get("mtime_ns")):
+        elif _owner_froze(plan_log, claim, entry) != _state(entry):
             # Rewritten in place since its owner claimed it: skipping it would drop the new
             # content without a word, and loading it would load the path twice.
             size, mtime = _owner_froze(plan_log, claim, entry)
+            mark = "etag" if "etag" in entry else "mtime_ns"
             raise BatchRefusedError(
                 plan.key.label,
                 f"landing file {entry['path']} belongs to batch {claim['batch_key']} of this pipeline, "
-                f"which froze it at size {size}, mtime_ns {mtime}; it now has size {entry.get('size')}, "
-                f"mtime_ns {entry.get('mtime_ns')} (rewritten in place). A pipeline loads a path once: "
+                f"which froze it at size {size}, {mark} {mtime}; it now has size {entry.get('size')}, "
+                f"{mark} {_state(entry)[1]} (rewritten in place). A pipeline loads a path once: "
                 f"restate batch {claim['batch_key']} to load the file as it is now "
                 f"({refreeze_hint(plan.pipeline_id, claim['batch_key'])}), then clear this run "
                 "(it then leaves the file to its owner), or write new data under new file names; "

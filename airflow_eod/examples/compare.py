@@ -129,14 +129,51 @@ def read_landing_rows(
     return rows
 
 
+def read_store_landing_rows(
+    prefix: str,
+    storage_options: dict[str, str] | None,
+    file_format: str,
+    columns: list[str],
+    schema: pa.Schema | None = None,
+) -> list[tuple[Any, ...]]:
+    """Every row of every data file under a landing prefix on an object store
+    (``s3://bucket/prefix``), listed and read whole through the storage seam, parsed with
+    pyarrow: a reader independent of the source's planning and of Spark. As for the landing
+    source, names with a segment starting with ``_`` or ``.`` are not input."""
+    import io
+
+    from airflow_eod.core.storage import storage_at
+
+    store = storage_at(prefix.rstrip("/"), storage_options)
+    rows: list[tuple[Any, ...]] = []
+    for key, _head in sorted(store.walk()):  # type: ignore[attr-defined]
+        if any(part.startswith(("_", ".")) for part in key.split("/")):
+            continue
+        data = io.BytesIO(store.get(key))
+        if file_format == "csv":
+            opts = pacsv.ConvertOptions(column_types=schema) if schema is not None else None
+            table = pacsv.read_csv(data, convert_options=opts)
+        elif file_format == "json":
+            table = pajson.read_json(data, parse_options=pajson.ParseOptions(explicit_schema=schema))
+        else:
+            table = pq.read_table(data)
+        rows.extend(_rows(table, columns))
+    return rows
+
+
 def compare_table_with_landing(
     table_uri: TableLike,
-    directory: str,
+    directory: str | TableRef,
     file_format: str,
     columns: list[str],
     schema: pa.Schema | None = None,
 ) -> Comparison:
-    """Compare the table with the landing directory, row by row, on ``columns``."""
-    return compare_rows(
-        read_landing_rows(directory, file_format, columns, schema), read_delta_rows(table_uri, columns)
-    )
+    """Compare the table with the landing directory, row by row, on ``columns``. A landing
+    prefix on an object store is given as the reference of its URI and storage options
+    (a :class:`TableRef`), or as a URI whose store needs no options."""
+    if isinstance(directory, TableRef) or "://" in directory:
+        ref = TableRef.parse(directory)
+        landing = read_store_landing_rows(ref.location, ref.storage_options, file_format, columns, schema)
+    else:
+        landing = read_landing_rows(directory, file_format, columns, schema)
+    return compare_rows(landing, read_delta_rows(table_uri, columns))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_eod.core.ddl_schema import ddl_columns
+from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.options import (
     BOUNDARIES,
     FORMATS,
@@ -17,9 +18,11 @@ from airflow_eod.core.options import (
     choice,
     is_template,
 )
+from airflow_eod.core.table_ref import TableRef
 from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
 from airflow_eod.operators.interval_timetable import IntervalTimetableCheck, check_interval_timetable
 from airflow_eod.sources.landing_files import LandingFilesSource
+from airflow_eod.sources.landing_store import is_store_path, store_root
 
 
 class LandingFilesToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator):
@@ -32,7 +35,13 @@ class LandingFilesToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator)
     every load operator are described on
     :class:`~airflow_eod.operators.delta_load.BaseDeltaLoadOperator`.
 
-    :param landing_path: the landing directory (templated).
+    :param landing_path: the landing directory (templated): a local path, or a prefix on an
+        object store (``s3://bucket/prefix``; ``az://``, ``abfss://``, ``gs://``), planned from
+        the store's listing (size and ETag) and read by Spark over its Hadoop connector.
+    :param landing_conn_id: (templated) the connection of a landing prefix on an object store
+        (an ``aws``, ``wasb``/``adls`` or ``google_cloud_platform`` one). Unset: the table's
+        ``storage_conn_id`` serves both when they are on one store; neither: the store's
+        default credential chain. Its secrets stay in memory: never in XCom, the plan or a spec.
     :param file_format: ``csv``, ``json`` or ``parquet``.
     :param schema: Spark DDL schema of the files, e.g. ``"id INT, name STRING"`` (templated).
         With a schema, malformed CSV/JSON records are counted per file.
@@ -47,6 +56,7 @@ class LandingFilesToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator)
     template_fields: Sequence[str] = (
         *BaseDeltaLoadOperator.template_fields,
         "landing_path",
+        "landing_conn_id",
         "schema",
         "read_options",
     )
@@ -62,6 +72,7 @@ class LandingFilesToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator)
         boundary: Boundary = "offsets",
         max_files_per_batch: int | None = None,
         max_bytes_per_batch: int | None = None,
+        landing_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -81,11 +92,56 @@ class LandingFilesToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator)
         self.boundary = boundary
         self.max_files_per_batch = max_files_per_batch
         self.max_bytes_per_batch = max_bytes_per_batch
+        self.landing_conn_id = landing_conn_id
         # A DAG whose runs all get zero-length intervals is refused now, not at run time.
         check_interval_timetable(self, self.get_dag())
 
     def lineage_inputs(self) -> list[tuple[str, str]]:
+        if is_store_path(self.landing_path):
+            scheme, _, rest = store_root(self.landing_path).partition("://")
+            bucket, _, prefix = rest.partition("/")
+            return [(f"{scheme}://{bucket}", prefix or "/")]
         return [("file", os.path.abspath(self.landing_path))]
+
+    def _landing_options(self) -> dict[str, str] | None:
+        """The storage options of a landing prefix on an object store (``None`` for a local
+        directory): from ``landing_conn_id``, else from the table's ``storage_conn_id``."""
+        if not is_store_path(self.landing_path):
+            if self.landing_conn_id is not None:
+                raise ConfigurationError(
+                    f"landing_conn_id {self.landing_conn_id!r} is set, but the landing path "
+                    f"{self.landing_path} is local: a connection is for a prefix on an object store"
+                )
+            return None
+        if self.execution != "local":
+            # A submitted driver gets the spec, which carries no credentials.
+            raise ConfigurationError(
+                f"landing path {self.landing_path} is on an object store: this release reads one with "
+                f"execution='local' only, not {self.execution!r} (the driver would need the store's "
+                "credentials)"
+            )
+        conn_id = self.landing_conn_id or self.storage_conn_id
+        if conn_id is None:
+            return {}
+        from airflow_eod.hooks.object_store import ObjectStoreHook
+
+        scheme = self.landing_path.split("://", 1)[0].lower()
+        return ObjectStoreHook(storage_conn_id=conn_id).storage_options(scheme)
+
+    def _local_conf(self, table: TableRef) -> dict[str, str]:
+        conf = super()._local_conf(table)
+        if not is_store_path(self.landing_path):
+            return conf
+        from airflow_eod.spark.cloud_jars import SCHEME_STORES, connector_class_path
+
+        scheme = store_root(self.landing_path).split("://", 1)[0]
+        if not table.is_local and SCHEME_STORES.get(table.scheme) == SCHEME_STORES.get(scheme):
+            return conf  # the table's connector, already on the class path, reads the landing too
+        connector = connector_class_path(scheme)
+        if connector:
+            key = "spark.driver.extraClassPath"
+            conf[key] = ":".join(filter(None, [conf.get(key), connector]))
+        return conf
 
     def build_source(self) -> LandingFilesSource:
         return LandingFilesSource(
@@ -97,4 +153,5 @@ class LandingFilesToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator)
             boundary=self.boundary,
             max_files_per_batch=self.max_files_per_batch,
             max_bytes_per_batch=self.max_bytes_per_batch,
+            storage_options=self._landing_options(),
         )

@@ -26,9 +26,10 @@ from airflow_eod.core.planlog.restatement import refreeze_hint
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.core.source import ReadContext
+from airflow_eod.sources.landing_store import StoreLanding, is_store_path, store_root
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from collections.abc import Set as AbstractSet
 
 
@@ -47,14 +48,26 @@ DEFAULT_READ_OPTIONS: dict[str, dict[str, str]] = {
 def _canonical(path: str, plan: Plan) -> str:
     """A loaded file's canonical path. Plans with a ``source`` were listed canonically; older
     ones kept the path as given, which may run through a symlink."""
-    return path if plan.source else os.path.realpath(path)
+    return path if plan.source or is_store_path(path) else os.path.realpath(path)
+
+
+def _fingerprint(entry: dict[str, Any], directory: str) -> tuple[Any, ...]:
+    """What tells a planned file apart from another in a directory: its relative path, its
+    size, and its mtime (locally) or its ETag (on an object store)."""
+    path = entry["path"]
+    if is_store_path(directory):
+        rel = path[len(directory) + 1 :] if path.startswith(directory + "/") else path
+    else:
+        rel = os.path.relpath(path, directory)
+    return (rel, entry["size"], entry.get("mtime_ns"), entry.get("etag"))
 
 
 @dataclass(frozen=True)
 class LandingFilesSource:
     """A landing directory of files.
 
-    :param path: the landing directory.
+    :param path: the landing directory: a local path, or a prefix on an object store
+        (``s3://bucket/prefix``, ``az://``, ``abfss://``, ``gs://``).
     :param file_format: ``csv``, ``json`` or ``parquet``.
     :param schema: the Spark DDL schema of the files (recommended: an inferred schema may
         differ between batches and then fails the schema check).
@@ -64,6 +77,9 @@ class LandingFilesSource:
     :param max_files_per_batch: cap on files per offset batch.
     :param max_bytes_per_batch: cap on bytes per offset batch (a single larger file still
         makes a batch of its own).
+    :param storage_options: for a landing prefix on an object store, its storage options
+        (delta-rs names, credentials among them). Held in memory only: never in
+        :meth:`to_dict`, a plan, a spec or a log line.
     """
 
     path: str
@@ -74,6 +90,7 @@ class LandingFilesSource:
     boundary: str = "offsets"
     max_files_per_batch: int | None = None
     max_bytes_per_batch: int | None = None
+    storage_options: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
 
     # The source's kind: its ``type`` in ``to_dict`` and in the registry of sources and
     # readers (airflow_eod.spark.readers).
@@ -88,7 +105,9 @@ class LandingFilesSource:
                 raise ConfigurationError(f"{name} must be at least 1, not {value}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.kind, **asdict(self)}
+        body = asdict(self)
+        del body["storage_options"]  # secrets: never serialized
+        return {"type": self.kind, **body}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LandingFilesSource:
@@ -97,9 +116,19 @@ class LandingFilesSource:
 
     # -- planning (no Spark) -----------------------------------------------------
     @property
+    def on_store(self) -> bool:
+        """Whether the landing directory is a prefix on an object store."""
+        return is_store_path(self.path)
+
+    @property
     def root(self) -> str:
-        """The landing directory's canonical path (symlinks resolved)."""
-        return os.path.realpath(self.path)
+        """The landing directory's canonical path (symlinks resolved), or its prefix's one
+        spelling on an object store."""
+        return store_root(self.path) if self.on_store else os.path.realpath(self.path)
+
+    def store(self) -> StoreLanding:
+        """The landing prefix on its object store (with the storage options in memory)."""
+        return StoreLanding(self.root, dict(self.storage_options or {}))
 
     def identity(self) -> dict[str, Any]:
         """What decides the slice: a stored plan is reused only by the same source."""
@@ -125,7 +154,12 @@ class LandingFilesSource:
         file (a FIFO would block the read for ever). Each is skipped with a warning naming it,
         rather than failing the batch: whoever can drop a file into the directory could
         otherwise stop the pipeline with one link.
+
+        On an object store the prefix is listed instead (:mod:`airflow_eod.sources.landing_store`):
+        files are fingerprinted by size and ETag, oldest first by their ``Last-Modified``.
         """
+        if self.on_store:
+            return self.store().list_files(self.pattern, label, skip=skip)
         root = self.root
         if not os.path.isdir(root):
             raise BatchError(label, f"landing directory {root} does not exist (a missing source)")
@@ -202,18 +236,18 @@ class LandingFilesSource:
         """
         newest = history.newest()
         previous = newest.boundary.get("directory") if newest is not None else None
-        if previous and newest is not None and not newest.source:
+        if previous and newest is not None and not newest.source and not is_store_path(previous):
             previous = os.path.realpath(previous)  # planned before paths were canonical
         if newest is None or not previous or previous == self.root:
             return
         # The directory changed (rare): only now is every plan read.
         loaded = {
-            (os.path.relpath(f["path"], plan.boundary.get("directory", previous)), f["size"], f["mtime_ns"])
+            _fingerprint(f, plan.boundary.get("directory", previous))
             for plan in history.plans()
             for f in plan.inputs
         }
         for entry in self.list_files():
-            if (os.path.relpath(entry["path"], self.root), entry["size"], entry["mtime_ns"]) in loaded:
+            if _fingerprint(entry, self.root) in loaded:
                 raise ConfigurationError(
                     f"pipeline {newest.pipeline_id} loaded {previous}; its landing path is now "
                     f"{self.root}, which holds {entry['path']} with the name, size and mtime of a file "
@@ -265,7 +299,7 @@ class LandingFilesSource:
             # Plans of older releases kept paths as given (through symlinks): a new
             # generation is written canonically, like every plan now.
             planned = [dict(entry, path=_canonical(entry["path"], plan)) for entry in plan.inputs]
-            if "directory" in boundary:
+            if "directory" in boundary and not is_store_path(boundary["directory"]):
                 boundary["directory"] = os.path.realpath(boundary["directory"])
             inputs = []
             for entry in planned:
@@ -302,11 +336,12 @@ class LandingFilesSource:
         for entry in plan.inputs:
             now = self._stat(entry, plan.key.label)
             if now != entry:
+                mark = "etag" if "etag" in now else "mtime_ns"
                 raise InputChangedError(
                     plan.key.label,
                     f"landing file {entry['path']} changed after it was planned "
-                    f"(size {entry['size']} -> {now['size']}, mtime_ns {entry['mtime_ns']} -> "
-                    f"{now['mtime_ns']}); nothing was committed. Restore the file and clear the task, "
+                    f"(size {entry['size']} -> {now['size']}, {mark} {entry.get(mark)} -> "
+                    f"{now[mark]}); nothing was committed. Restore the file and clear the task, "
                     "or re-freeze the batch on purpose to load the file as it is now: "
                     f"{refreeze_hint(plan.pipeline_id, plan.batch_key)} (see the runbook)",
                 )
@@ -316,8 +351,11 @@ class LandingFilesSource:
 
         The path comes from the plan log, which whoever controls the table's files can write:
         it is read only if it is a regular file, not a link, inside the landing directory
-        (invariant I11). Otherwise :class:`UnsafePathError`, and nothing is read.
+        (invariant I11). Otherwise :class:`UnsafePathError`, and nothing is read. On an object
+        store: below the landing prefix, with a key that climbs nowhere.
         """
+        if self.on_store:
+            return self.store().stat(entry, label)
         path = entry.get("path")
         root = self.root
         inside = (

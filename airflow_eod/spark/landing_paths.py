@@ -6,6 +6,9 @@ header is read here, in Python, with the reader options' dialect (separator, quo
 escape, encoding, comment, line separator, a byte-order mark, gzip or bzip2), so that
 columns can be matched by name. Once Spark has resolved the paths, :func:`check_resolved`
 compares the files it will scan with the plan.
+
+The landing files are local here (:class:`LocalFiles`); files on an object store are
+reached through another :class:`LandingFiles` (:mod:`airflow_eod.spark.landing_store_files`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote, urlparse
 
 from airflow_eod.core.errors import BatchRefusedError
@@ -49,6 +52,38 @@ def path_of_uri(uri: str) -> str:
     :param uri: e.g. ``file:///landing/x%5B1%5D.csv``.
     """
     return unquote(urlparse(uri).path)
+
+
+class LandingFiles(Protocol):
+    """Where a batch's planned files are, as Spark and Python reach them."""
+
+    def spark_path(self, path: str) -> str:
+        """The URI that makes Spark read exactly the planned file ``path``."""
+        ...
+
+    def path_of_uri(self, uri: str) -> str:
+        """The planned path of a file Spark reports reading."""
+        ...
+
+    def readable(self, path: str) -> str | IO[bytes]:
+        """What Python reads ``path`` from: a local path, or an open binary file."""
+        ...
+
+
+class LocalFiles:
+    """Landing files on the local file system (or a shared one)."""
+
+    def spark_path(self, path: str) -> str:
+        return spark_path(path)
+
+    def path_of_uri(self, uri: str) -> str:
+        return path_of_uri(uri)
+
+    def readable(self, path: str) -> str | IO[bytes]:
+        return path
+
+
+LOCAL_FILES = LocalFiles()
 
 
 @dataclass(frozen=True)
@@ -120,35 +155,45 @@ def _unescape(sep: str) -> str:
     return sep
 
 
-def _head_text(path: str, encoding: str, spark: SparkSession | None) -> str:
+def _head_text(
+    path: str, encoding: str, spark: SparkSession | None, files: LandingFiles = LOCAL_FILES
+) -> str:
     """The first part of a (possibly compressed) file, decoded."""
     lower = path.lower()
     if lower.endswith(_SPARK_ONLY_CODECS) and spark is not None:
-        rows = spark.read.text(spark_path(path)).limit(64).collect()
+        rows = spark.read.text(files.spark_path(path)).limit(64).collect()
         return "\n".join(r[0] for r in rows)
     opener: Any = gzip.open if lower.endswith(".gz") else bz2.open if lower.endswith(".bz2") else open
-    with opener(path, "rb") as fh:
-        raw: bytes = fh.read(_HEAD_BYTES)
+    source = files.readable(path)
+    if not isinstance(source, str) and opener is open:
+        with source as fh:
+            raw: bytes = fh.read(_HEAD_BYTES)
+    else:
+        with opener(source, "rb") as fh:
+            raw = fh.read(_HEAD_BYTES)
     return raw.decode(encoding, errors="replace")
 
 
-def csv_header(path: str, dialect: CsvDialect, spark: SparkSession | None = None) -> list[str] | None:
+def csv_header(
+    path: str, dialect: CsvDialect, spark: SparkSession | None = None, files: LandingFiles = LOCAL_FILES
+) -> list[str] | None:
     """The column names in a CSV file's header; ``None`` when the file holds no line.
 
-    :param path: the local file.
+    :param path: the planned file.
     :param dialect: how the file is split.
     :param spark: reads files whose codec Python lacks.
+    :param files: where the planned files are (local by default).
     :raises OSError, LookupError: the file cannot be read, or the encoding is unknown.
     """
-    text = _head_text(path, dialect.encoding, spark).removeprefix("\ufeff")
+    text = _head_text(path, dialect.encoding, spark, files).removeprefix("\ufeff")
     # The head, not its first line: a quoted header name may hold a line break.
     header = dialect.first_record(text)
     return None if header is None else [name.strip() for name in header]
 
 
 # -- what Spark resolved -------------------------------------------------------------------
-def resolved_files(df: DataFrame) -> list[str]:
-    """The local path of every file ``df`` scans, once per scan of it.
+def resolved_files(df: DataFrame, files: LandingFiles = LOCAL_FILES) -> list[str]:
+    """The planned path of every file ``df`` scans, once per scan of it.
 
     ``DataFrame.inputFiles()`` is a set, so a file resolved twice (a glob and a plain path
     naming the same file) shows once there; the file relations' own lists keep repeats.
@@ -164,7 +209,7 @@ def resolved_files(df: DataFrame) -> list[str]:
                 uris.extend(leaf.relation().inputFiles())
     except Exception:  # another Spark's internals: fall back on the public, de-duplicated list
         uris = list(df.inputFiles())
-    return [path_of_uri(u) for u in uris]
+    return [files.path_of_uri(u) for u in uris]
 
 
 def check_resolved(label: str, planned: Sequence[str], resolved: Sequence[str]) -> None:

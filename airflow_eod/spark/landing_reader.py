@@ -44,12 +44,12 @@ from airflow_eod.spark.landing_columns import (
     union,
 )
 from airflow_eod.spark.landing_paths import (
+    LOCAL_FILES,
     CsvDialect,
+    LandingFiles,
     check_resolved,
     csv_header,
-    path_of_uri,
     resolved_files,
-    spark_path,
 )
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ def read_landing_batch(
     default_options: Mapping[str, str],
     schema_drift: str,
     fail_fast: bool = False,
+    files: LandingFiles = LOCAL_FILES,
 ) -> DataFrame:
     """A DataFrame of exactly the planned files, columns matched by name.
 
@@ -84,6 +85,8 @@ def read_landing_batch(
     :param schema_drift: ``fail`` or ``add_columns``: what a column the schema lacks does.
     :param fail_fast: with a schema, read CSV/JSON FAILFAST rather than PERMISSIVE with a
         corrupt-record column (see :func:`airflow_eod.spark.bad_records.single_pass`).
+    :param files: where the planned files are: local (the default), or on an object store
+        (:mod:`airflow_eod.spark.landing_store_files`).
     :raises SchemaMismatchError: headers or file columns do not match the schema.
     :raises BatchError: Spark resolved other files than the plan holds.
     """
@@ -111,12 +114,12 @@ def read_landing_batch(
     corrupt = StructField(CORRUPT_COLUMN, StringType(), True) if permissive else None
     reader = spark.read.format(file_format).options(**options)
     if file_format == "csv":
-        df = _read_csv(spark, reader, label, paths, declared, options, schema_drift, corrupt)
+        df = _read_csv(spark, reader, label, paths, declared, options, schema_drift, corrupt, files)
     elif file_format == "json":
-        df = _read_json(spark, reader, label, paths, declared, options, schema_drift, corrupt)
+        df = _read_json(spark, reader, label, paths, declared, options, schema_drift, corrupt, files)
     else:
-        df = _read_parquet(spark, reader, label, paths, declared, options, schema_drift)
-    check_resolved(label, paths, resolved_files(df))
+        df = _read_parquet(spark, reader, label, paths, declared, options, schema_drift, files)
+    check_resolved(label, paths, resolved_files(df, files))
     return df
 
 
@@ -149,6 +152,7 @@ def _read_csv(
     options: Mapping[str, str],
     schema_drift: str,
     corrupt: StructField | None,
+    files: LandingFiles,
 ) -> DataFrame:
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -156,9 +160,9 @@ def _read_csv(
     layout = layout_metadata("csv", options)
     if not dialect.header:
         if declared is None:
-            return reader.load([spark_path(p) for p in paths])
+            return reader.load([files.spark_path(p) for p in paths])
         df = reader.schema(StructType(list(declared.fields) + ([corrupt] if corrupt else []))).load(
-            [spark_path(p) for p in paths]
+            [files.spark_path(p) for p in paths]
         )
         return project(
             df, {f.name.lower(): f.name for f in declared.fields}, declared.fields, corrupt, layout
@@ -166,11 +170,11 @@ def _read_csv(
     headers: dict[str, list[str] | None] = {}
     for p in paths:
         try:
-            headers[p] = csv_header(p, dialect, spark)
+            headers[p] = csv_header(p, dialect, spark, files)
         except (OSError, LookupError) as exc:
             raise BatchError(label, f"cannot read the header of {p}: {exc}; nothing was committed") from exc
     if declared is None:
-        return _read_csv_without_schema(reader, paths, headers)
+        return _read_csv_without_schema(reader, paths, headers, files)
     by_name = {f.name.lower(): f for f in declared.fields}
     missing: list[str] = []
     unnamed: list[str] = []
@@ -217,13 +221,13 @@ def _read_csv(
         read_schema = StructType(
             [StructField(n, types[n.lower()], True) for n in order] + ([corrupt] if corrupt else [])
         )
-        df = reader.schema(read_schema).load([spark_path(p) for p in group])
+        df = reader.schema(read_schema).load([files.spark_path(p) for p in group])
         frames.append(project(df, {n.lower(): n for n in order}, out, corrupt, layout))
     return union(frames)
 
 
 def _read_csv_without_schema(
-    reader: DataFrameReader, paths: list[str], headers: Mapping[str, list[str] | None]
+    reader: DataFrameReader, paths: list[str], headers: Mapping[str, list[str] | None], files: LandingFiles
 ) -> DataFrame:
     """Without a schema Spark takes the first file's header for every file: files with
     another header are read on their own and joined by column name."""
@@ -236,10 +240,10 @@ def _read_csv_without_schema(
         else:
             groups.setdefault(tuple(n.lower() for n in header), []).append(p)
     if not groups:
-        return reader.load([spark_path(p) for p in paths])
+        return reader.load([files.spark_path(p) for p in paths])
     lists = list(groups.values())
     lists[0] = lists[0] + empty  # an empty file has no rows: any group may read it
-    return union([reader.load([spark_path(p) for p in group]) for group in lists])
+    return union([reader.load([files.spark_path(p) for p in group]) for group in lists])
 
 
 # -- JSON ----------------------------------------------------------------------------------
@@ -252,11 +256,12 @@ def _read_json(
     options: Mapping[str, str],
     schema_drift: str,
     corrupt: StructField | None,
+    files: LandingFiles,
 ) -> DataFrame:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    uris = [spark_path(p) for p in paths]
+    uris = [files.spark_path(p) for p in paths]
     if declared is None:
         return reader.load(uris)
     # The files' own top-level fields: one more pass over the batch (JSON has no header).
@@ -293,8 +298,8 @@ def _read_json(
         holders = probe.groupBy(F.input_file_name().alias("_eod_file")).agg(*flags).collect()
         problems = []
         for f in extras:
-            files = sorted(path_of_uri(r["_eod_file"]) for r in holders if r[f.name])
-            where = ", ".join(files[:NAMED]) if files else "the batch's files (always null)"
+            held = sorted(files.path_of_uri(r["_eod_file"]) for r in holders if r[f.name])
+            where = ", ".join(held[:NAMED]) if held else "the batch's files (always null)"
             problems.append(f"{where} carry field {f.name} ({f.dataType.simpleString()})")
         raise SchemaMismatchError(
             label,
@@ -331,12 +336,12 @@ def _nested_extras(declared: Any, inferred: Any, prefix: str) -> list[str]:
 
 
 # -- Parquet -------------------------------------------------------------------------------
-def _parquet_columns(path: str, label: str) -> list[str]:
+def _parquet_columns(path: str, label: str, files: LandingFiles) -> list[str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        return list(pq.read_schema(path).names)
+        return list(pq.read_schema(files.readable(path)).names)
     except (OSError, pa.ArrowException) as exc:
         raise MalformedInputError(
             label, f"{path} is not a readable Parquet file ({exc}); nothing was committed. Replace the file"
@@ -351,11 +356,12 @@ def _read_parquet(
     declared: StructType | None,
     options: Mapping[str, str],
     schema_drift: str,
+    files: LandingFiles,
 ) -> DataFrame:
     from pyspark.sql.types import StructType
 
-    footers = {p: _parquet_columns(p, label) for p in paths}
-    uris = [spark_path(p) for p in paths]
+    footers = {p: _parquet_columns(p, label, files) for p in paths}
+    uris = [files.spark_path(p) for p in paths]
     if declared is None:
         shapes = {frozenset(n.lower() for n in cols) for cols in footers.values()}
         if len(shapes) > 1 and "mergeschema" not in options:
@@ -386,8 +392,10 @@ def _read_parquet(
                 carriers.setdefault(c.lower(), []).append(p)
     if not carriers:
         return reader.schema(declared).load(uris)
-    holders = sorted({p for files in carriers.values() for p in files})
-    merged = spark.read.format("parquet").option("mergeSchema", "true").load([spark_path(p) for p in holders])
+    holders = sorted({p for held in carriers.values() for p in held})
+    merged = spark.read.format("parquet").option("mergeSchema", "true").load(
+        [files.spark_path(p) for p in holders]
+    )
     extras = [f for f in merged.schema.fields if f.name.lower() in carriers]
     if schema_drift != SCHEMA_ADD_COLUMNS:
         problems = [

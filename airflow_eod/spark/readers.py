@@ -21,6 +21,7 @@ from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
 from airflow_eod.sources.landing_files import DEFAULT_READ_OPTIONS, LandingFilesSource
 from airflow_eod.spark.jdbc_reader import read_jdbc_batch
 from airflow_eod.spark.landing_reader import read_landing_batch
+from airflow_eod.spark.landing_store_files import landing_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -29,9 +30,11 @@ if TYPE_CHECKING:
 def read_landing_files(source: LandingFilesSource, plan: Plan, ctx: ReadContext) -> DataFrame:
     """Exactly the planned files, columns matched by name, with a corrupt-record column when
     a schema is given for CSV or JSON (:mod:`airflow_eod.spark.landing_reader`,
-    :mod:`airflow_eod.spark.bad_records`)."""
+    :mod:`airflow_eod.spark.bad_records`); local files, or a landing prefix's files on an
+    object store (:mod:`airflow_eod.spark.landing_store_files`)."""
+    spark = ctx.spark
     return read_landing_batch(
-        ctx.spark,
+        spark,
         plan,
         file_format=source.file_format,
         schema=source.schema,
@@ -39,6 +42,7 @@ def read_landing_files(source: LandingFilesSource, plan: Plan, ctx: ReadContext)
         default_options=DEFAULT_READ_OPTIONS[source.file_format],
         schema_drift=ctx.schema_drift,
         fail_fast=ctx.fail_fast,
+        files=landing_files(spark, source, plan),
     )
 
 

@@ -408,6 +408,8 @@ class PlanLog:
                 "size": entry.get("size"),
                 "mtime_ns": entry.get("mtime_ns"),
             }
+            if "etag" in entry:  # a file on an object store is told apart by its ETag
+                body["etag"] = entry["etag"]
             self._put_if_absent(self._file_path(path), body)
             claim = self.file_owner(path)
         assert claim is not None

@@ -46,7 +46,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import obstore
@@ -184,6 +184,29 @@ class ObjectStorage:
         names = [p[cut:] for p in found["common_prefixes"]]
         names += [o["path"][cut:] for o in found["objects"]]
         return sorted(n for n in names if n)
+
+    def walk(self, prefix: str = "") -> Iterator[tuple[str, Head]]:
+        """Every object under the directory ``prefix`` at any depth, as (key, head), in the
+        store's order (by key), page by page: one ``ListObjectsV2`` per 1,000 objects, and no
+        ``HeadObject`` (a listing carries each object's size, ETag and time).
+
+        Not in the :class:`~airflow_eod.core.storage.base.Storage` protocol: a landing
+        directory on a store is planned from it (:mod:`airflow_eod.sources.landing_store`);
+        the table's own bytes are listed one level at a time.
+        """
+        directory = check_key(prefix.strip("/"), self.root, empty=True)
+        for page in obstore.list(self._store, directory + "/" if directory else None):
+            self._count("ListObjectsV2")
+            for meta in page:
+                key = meta["path"]
+                # obstore lists "d/" by path segments: "dd/..." is not under it; checked anyway.
+                if directory and not key.startswith(directory + "/"):
+                    continue
+                yield key, Head(
+                    int(meta["size"]),
+                    int(meta["last_modified"].timestamp() * 1e9),
+                    str(meta["e_tag"] or ""),
+                )
 
     def has_prefix(self, prefix: str) -> bool:
         directory = check_key(prefix.strip("/"), self.root)

@@ -1,0 +1,98 @@
+"""Landing files on an object store, as Spark and Python reach them.
+
+Spark reads the frozen list of files by their Hadoop URIs (``s3a://bucket/prefix/key``),
+glob characters escaped as for local files, with the store's Hadoop settings (from the
+landing prefix's storage options) set on the session first, as staging does for a table
+(:func:`airflow_eod.spark.staging.spark_uri`). Python reads a CSV header or a Parquet footer
+through the storage seam, in ranged reads of the planned file, never past its planned size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import IO, TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.storage.object_file import open_object
+from airflow_eod.sources.landing_files import LandingFilesSource
+from airflow_eod.sources.landing_store import StoreLanding
+from airflow_eod.spark.landing_paths import LOCAL_FILES, LandingFiles
+from airflow_eod.spark.object_store_conf import apply_to_session, hadoop_store_conf
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from airflow_eod.core.planlog.store import Plan
+
+_GLOB_CHARS = re.compile(r"([\\\[\]{}*?])")
+
+
+class StoreFiles:
+    """The planned files of a landing prefix on an object store.
+
+    :param landing: the landing prefix (with its storage options, in memory).
+    :param spark_root: the prefix as Spark's Hadoop file system names it (``s3a://...``).
+    :param sizes: each planned file's size, by path: Python reads no further.
+    """
+
+    def __init__(self, *, landing: StoreLanding, spark_root: str, sizes: Mapping[str, int]) -> None:
+        self.landing = landing
+        self.spark_root = spark_root.rstrip("/")
+        self.sizes = dict(sizes)
+
+    def _key(self, path: str) -> str:
+        key = self.landing.key_of(path)
+        if key is None:  # planning and verify refuse it first (invariant I11): never read
+            raise ConfigurationError(f"{path!r} is not a file of the landing prefix {self.landing.root}")
+        return key
+
+    def spark_path(self, path: str) -> str:
+        escaped = _GLOB_CHARS.sub(r"\\\1", self._key(path))
+        return f"{self.spark_root}/{escaped}"
+
+    def path_of_uri(self, uri: str) -> str:
+        if not uri.startswith(self.spark_root + "/"):
+            return uri  # not under the prefix: the check of what Spark resolved names it
+        return f"{self.landing.root}/{unquote(uri[len(self.spark_root) + 1 :])}"
+
+    def readable(self, path: str) -> str | IO[bytes]:
+        return open_object(self.landing.storage(), self._key(path), self.sizes.get(path, 0))
+
+
+def landing_files(spark: SparkSession, source: LandingFilesSource, plan: Plan) -> LandingFiles:
+    """Where the batch's files are: the local file system, or the source's object store, with
+    its Hadoop settings set on ``spark`` (before the session's first read of that bucket).
+
+    :raises ConfigurationError: the store's Hadoop connector is not on the driver's class
+        path, or a storage option cannot be expressed for it.
+    """
+    if not source.on_store:
+        return LOCAL_FILES
+    landing = source.store()
+    try:
+        conf = hadoop_store_conf(landing.root, landing.options)
+    except ValueError as exc:
+        raise ConfigurationError(f"landing path {landing.root}: {exc}") from None
+    scheme = conf.uri.split("://", 1)[0]
+    _require_connector(spark, scheme, landing.root)
+    apply_to_session(spark, conf)
+    sizes = {str(e.get("path")): int(e.get("size") or 0) for e in plan.inputs}
+    return StoreFiles(landing=landing, spark_root=conf.uri, sizes=sizes)
+
+
+def _require_connector(spark: Any, scheme: str, root: str) -> None:
+    """Refuse, naming the fix, when no Hadoop file system of ``scheme`` can be loaded."""
+    jvm = spark.sparkContext._jvm
+    try:
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, hadoop)
+    except Exception:
+        store = "s3" if scheme == "s3a" else "gcs" if scheme == "gs" else "azure"
+        raise ConfigurationError(
+            f"landing path {root}: Spark cannot read {scheme}:// because its connector is not on the "
+            f"driver's class path: run `python -m airflow_eod.spark.cloud_jars {store}` once on the "
+            "worker (the task adds the jars it fetched when it starts Spark), or put the connector "
+            "on spark.driver.extraClassPath yourself"
+        ) from None
