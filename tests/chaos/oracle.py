@@ -22,11 +22,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from deltalake import DeltaTable
-
-from airflow_eod.core.table_ref import TableRef
-from airflow_eod.examples.compare import read_rows_by_log
 from tests.chaos.spark_writer import FOREIGN_ID, ForeignRows
+from tests.chaos.store import delta, exists, log_is_whole, ref, rows_by_log
 from tests.chaos.world import COLUMNS, NEVER, OPTIONAL, REQUIRED, PathState, World, extra_value
 
 _BAD_ID = re.compile(r"e\d+b\d+")
@@ -50,15 +47,10 @@ class Verdict:
 
 
 def _rows(uri: str, columns: list[str]) -> list[tuple[Any, ...]]:
-    if not os.path.isdir(os.path.join(uri, "_delta_log")):
+    if not exists(uri):
         return []
-    data = DeltaTable(uri).to_pyarrow_table(columns=columns).to_pylist()
+    data = delta(uri).to_pyarrow_table(columns=columns).to_pylist()
     return [tuple(r[c] for c in columns) for r in data]
-
-
-def _log_is_whole(uri: str) -> bool:
-    log = os.path.join(uri, "_delta_log")
-    return os.path.isfile(os.path.join(log, f"{0:020d}.json"))
 
 
 def check_tables(
@@ -83,9 +75,9 @@ def check_tables(
     main = [r[:3] for r in read]
     extras = [r[3] for r in read] if drift else []
     verdict.rows += len(main)
-    if _log_is_whole(table) and not drift:
+    if log_is_whole(table) and not drift:
         # A second reader: a path the log encodes wrongly reads differently (or fails) here.
-        second = Counter(read_rows_by_log(table, COLUMNS))
+        second = Counter(rows_by_log(table, COLUMNS))
         if second != whole:
             verdict.wrong.append("delta-rs and a replay of the log read different rows")
     counts: Counter[str] = Counter()
@@ -159,9 +151,9 @@ def check_foreign(
 
 
 def _has_column(uri: str, column: str) -> bool:
-    if not os.path.isdir(os.path.join(uri, "_delta_log")):
+    if not exists(uri):
         return False
-    return column in DeltaTable(uri).schema().to_arrow().names
+    return column in delta(uri).schema().to_arrow().names
 
 
 def check_jdbc(source: list[tuple[Any, ...]], table: str, verdict: Verdict) -> None:
@@ -295,16 +287,16 @@ def committed_batches(table: str, pipeline_id: str) -> list[Committed]:
     from airflow_eod.core.batch import BatchKey
     from airflow_eod.core.planlog.store import PlanLog
 
-    if not os.path.isdir(os.path.join(table, "_delta_log")):
+    if not exists(table):
         return []
     out: list[Committed] = []
-    for summary in table_status(TableRef.parse(table)):
+    for summary in table_status(ref(table)):
         if summary.pipeline_id != pipeline_id:
             continue
         for b in summary.committed:
             assert b.generation is not None
-            status = ask(TableRef.parse(table), BatchKey(pipeline_id, b.batch_key))
-            plan = PlanLog(TableRef.parse(table), pipeline_id).get_plan(b.batch_key, b.generation)
+            status = ask(ref(table), BatchKey(pipeline_id, b.batch_key))
+            plan = PlanLog(ref(table), pipeline_id).get_plan(b.batch_key, b.generation)
             assert status.manifest is not None and plan is not None, b
             bound = status.manifest.boundary
             if "start" in bound:

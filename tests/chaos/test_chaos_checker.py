@@ -227,3 +227,39 @@ def test_foreign_rows_are_checked_against_what_the_other_writer_did(world: World
             assert getattr(verdict, expect), (name, verdict)
     # Without the model, a foreign row is a row no source file wrote.
     assert check_tables(world, str(tmp_path / "exact"), None).wrong
+
+
+@pytest.mark.objectstore
+def test_the_checker_reads_a_table_on_s3_with_both_readers(
+    s3_server: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the tables on S3 (``--store s3``) the checker reads them from the store: delta-rs
+    and the second reader, which replays the log through the table's storage, agree on a
+    table partitioned by values Spark escapes; an exact table passes and a row twice is a
+    duplicate."""
+    from tests.chaos.store import STORE_ENV, exists, rows_by_log, store_env, table_uri
+    from tests.chaos.world import COLUMNS, OBJECT_STORE_PARTS
+
+    monkeypatch.setenv(STORE_ENV, store_env(s3_server, run=f"checker-{os.getpid()}"))
+    w = World(str(tmp_path / "landing"), random.Random(7), OBJECT_STORE_PARTS)
+    for n in (6, 5):
+        w.land(str(tmp_path / "landing" / "off"), n)
+    rows = _all_rows(w)
+    assert len({r[2] for r in rows}) > 2  # several partitions, escaped ones among them
+    exact, twice = table_uri(str(tmp_path), "exact"), table_uri(str(tmp_path), "twice")
+    assert exact.startswith(f"s3://{s3_server.bucket}/")
+    for uri, data in ((exact, rows), (twice, [*rows, rows[0]])):
+        table = pa.table(
+            {
+                "id": pa.array([r[0] for r in data], pa.string()),
+                "n": pa.array([r[1] for r in data], pa.int32()),
+                "part": pa.array([r[2] for r in data], pa.string()),
+            }
+        )
+        write_deltalake(uri, table, partition_by=["part"], storage_options=s3_server.options())
+        assert exists(uri)
+    assert sorted(rows_by_log(exact, COLUMNS)) == sorted(rows)
+    verdict = check_tables(w, exact, None)
+    assert verdict.clean and verdict.rows == 11, verdict
+    broken = check_tables(w, twice, None)
+    assert broken.duplicates and not broken.wrong, broken
