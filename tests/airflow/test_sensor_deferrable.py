@@ -81,6 +81,7 @@ def test_trigger_serialize_round_trip_rebuilds_an_equal_trigger(table: str) -> N
         "generation": 2,
         "poke_interval": 5.0,
         "timeout_at": 1_900_000_000.5,
+        "storage_conn_id": None,
     }
 
 

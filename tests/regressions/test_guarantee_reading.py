@@ -99,14 +99,14 @@ def test_every_odd_file_name_loads_exactly_once(spark: Any, landing: str, table:
 def test_a_read_of_other_files_than_planned_fails_the_batch(
     spark: Any, landing: str, table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_eod.spark import landing_reader
+    from airflow_eod.spark import landing_paths
 
     _orders_csv(os.path.join(landing, "x1.csv"), 1, 5)
     _orders_csv(os.path.join(landing, "x[1].csv"), 101, 7)
     source = orders_source(landing)
     plan = plan_for(source, table)
     # Hand Spark the raw paths, as main did: the check after the read must catch it.
-    monkeypatch.setattr(landing_reader, "spark_path", lambda path: f"file://{path}")
+    monkeypatch.setattr(landing_paths, "spark_path", lambda path: f"file://{path}")
     with pytest.raises(BatchError) as err:
         run_load(spark, spec_for(source, table, plan))
     text = str(err.value)
