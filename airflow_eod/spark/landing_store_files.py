@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 from urllib.parse import unquote
 
 from airflow_eod.core.errors import ConfigurationError
@@ -19,7 +19,7 @@ from airflow_eod.core.storage.object_file import open_object
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.sources.landing_store import StoreLanding
 from airflow_eod.spark.landing_paths import LOCAL_FILES, LandingFiles
-from airflow_eod.spark.object_store_conf import apply_to_session, hadoop_store_conf
+from airflow_eod.spark.object_store_conf import prepare_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,28 +71,7 @@ def landing_files(spark: SparkSession, source: LandingFilesSource, plan: Plan) -
     if not source.on_store:
         return LOCAL_FILES
     landing = source.store()
-    try:
-        conf = hadoop_store_conf(landing.root, landing.options)
-    except ValueError as exc:
-        raise ConfigurationError(f"landing path {landing.root}: {exc}") from None
-    scheme = conf.uri.split("://", 1)[0]
-    _require_connector(spark, scheme, landing.root)
-    apply_to_session(spark, conf)
+    spark_root = prepare_session(spark, landing.root, landing.options, f"landing path {landing.root}")
     sizes = {str(e.get("path")): int(e.get("size") or 0) for e in plan.inputs}
-    return StoreFiles(landing=landing, spark_root=conf.uri, sizes=sizes)
+    return StoreFiles(landing=landing, spark_root=spark_root, sizes=sizes)
 
-
-def _require_connector(spark: Any, scheme: str, root: str) -> None:
-    """Refuse, naming the fix, when no Hadoop file system of ``scheme`` can be loaded."""
-    jvm = spark.sparkContext._jvm
-    try:
-        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, hadoop)
-    except Exception:
-        store = "s3" if scheme == "s3a" else "gcs" if scheme == "gs" else "azure"
-        raise ConfigurationError(
-            f"landing path {root}: Spark cannot read {scheme}:// because its connector is not on the "
-            f"driver's class path: run `python -m airflow_eod.spark.cloud_jars {store}` once on the "
-            "worker (the task adds the jars it fetched when it starts Spark), or put the connector "
-            "on spark.driver.extraClassPath yourself"
-        ) from None

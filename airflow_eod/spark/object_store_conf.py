@@ -264,3 +264,35 @@ def apply_to_session(spark: Any, conf: HadoopStoreConf) -> None:
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in conf.revealed():
         hadoop.set(key, value)
+
+
+def prepare_session(spark: Any, uri: str, options: Mapping[str, str] | None, what: str) -> str:
+    """Make ``spark`` ready to read or write ``uri`` on an object store, and return the URI
+    Spark uses for it: the store's connector must be on the driver's class path (refused,
+    naming the fix, when it is not), and the store's settings are set on the session.
+
+    :param uri: the table's or the landing prefix's URI, as delta-rs names it.
+    :param options: its storage options (delta-rs' names).
+    :param what: how messages name it (``table s3://b/t``, ``landing path s3://b/in``).
+    :raises ConfigurationError: no connector, or an option Hadoop cannot be given.
+    """
+    from airflow_eod.core.errors import ConfigurationError
+
+    try:
+        conf = hadoop_store_conf(uri, options)
+    except ValueError as exc:
+        raise ConfigurationError(f"{what}: {exc}") from None
+    scheme = conf.uri.split("://", 1)[0]
+    try:
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+        spark.sparkContext._jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, hadoop)
+    except Exception:
+        store = "s3" if scheme == "s3a" else "gcs" if scheme == "gs" else "azure"
+        raise ConfigurationError(
+            f"{what}: Spark cannot reach {scheme}:// because its connector is not on the driver's "
+            f"class path: run `python -m airflow_eod.spark.cloud_jars {store}` once on the worker "
+            "(the task adds the jars it fetched when it starts Spark), or put the connector on "
+            "spark.driver.extraClassPath yourself"
+        ) from None
+    apply_to_session(spark, conf)
+    return conf.uri

@@ -191,3 +191,13 @@ def test_a_partition_value_that_is_not_plain_ascii_is_refused_on_a_store_and_not
     assert plan.batch_key in str(err.value)
     assert not ask(s3_table, plan.key).committed
     assert not s3_table.storage().has_prefix(f"eod_data/{plan.pipeline_id}/{plan.batch_key}")
+
+
+def test_a_store_whose_connector_is_not_on_the_class_path_is_refused_naming_the_fix(spark: Any) -> None:
+    """The shared session carries the s3a connector only: a GCS URI needs another, and the
+    refusal says how to fetch it (nothing is set on the session)."""
+    from airflow_eod.spark.object_store_conf import prepare_session
+
+    with pytest.raises(ConfigurationError, match=r"python -m airflow_eod.spark.cloud_jars gcs") as err:
+        prepare_session(spark, "gs://bucket/in", {}, "landing path gs://bucket/in")
+    assert str(err.value).startswith("landing path gs://bucket/in: Spark cannot reach gs://")
