@@ -226,20 +226,29 @@ class BaseDeltaLoadOperator(BaseOperator):
             return bounds[0], bounds[1]  # type: ignore[return-value]
         return data_interval_for(context)
 
+    def _store_schemes(self, table: TableRef) -> list[str]:
+        """The object-store schemes Spark reaches in this load: the table's (a landing
+        operator adds its landing prefix's)."""
+        return [] if table.is_local else [table.scheme]
+
     def _local_conf(self, table: TableRef) -> dict[str, str]:
-        from airflow_eod.spark.cloud_jars import connector_class_path
+        from airflow_eod.spark.cloud_jars import SCHEME_STORES, connector_class_path
         from airflow_eod.spark.session import engine_conf
 
         # Progress bars are for terminals: in a task log they are noise on every stage.
         conf = {"spark.ui.showConsoleProgress": "false", **engine_conf(self.engine), **self.spark_conf}
         if self.jars:
             conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), self.jars]))
-        connector = None if table.is_local else connector_class_path(table.scheme)
-        if connector:
+        # One connector per store, however many of its schemes the load reaches (s3 and s3a).
+        stores: dict[str | None, str] = {}
+        for scheme in self._store_schemes(table):
+            stores.setdefault(SCHEME_STORES.get(scheme), scheme)
+        connectors = [connector_class_path(scheme) for scheme in stores.values()]
+        if any(connectors):
             # On the class path, not in spark.jars: Spark would copy the AWS SDK bundle
             # (686 MB) into its temporary folder at every start.
             key = "spark.driver.extraClassPath"
-            conf[key] = ":".join(filter(None, [conf.get(key), connector]))
+            conf[key] = ":".join(filter(None, [conf.get(key), *connectors]))
         return conf
 
     def _settings(self, context: Any) -> LoadSettings:

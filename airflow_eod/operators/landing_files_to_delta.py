@@ -128,20 +128,11 @@ class LandingFilesToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator)
         scheme = self.landing_path.split("://", 1)[0].lower()
         return ObjectStoreHook(storage_conn_id=conn_id).storage_options(scheme)
 
-    def _local_conf(self, table: TableRef) -> dict[str, str]:
-        conf = super()._local_conf(table)
-        if not is_store_path(self.landing_path):
-            return conf
-        from airflow_eod.spark.cloud_jars import SCHEME_STORES, connector_class_path
-
-        scheme = store_root(self.landing_path).split("://", 1)[0]
-        if not table.is_local and SCHEME_STORES.get(table.scheme) == SCHEME_STORES.get(scheme):
-            return conf  # the table's connector, already on the class path, reads the landing too
-        connector = connector_class_path(scheme)
-        if connector:
-            key = "spark.driver.extraClassPath"
-            conf[key] = ":".join(filter(None, [conf.get(key), connector]))
-        return conf
+    def _store_schemes(self, table: TableRef) -> list[str]:
+        schemes = super()._store_schemes(table)
+        if is_store_path(self.landing_path):
+            schemes.append(store_root(self.landing_path).split("://", 1)[0])
+        return schemes
 
     def build_source(self) -> LandingFilesSource:
         return LandingFilesSource(

@@ -67,3 +67,25 @@ def test_what_a_landing_prefix_on_a_store_refuses(airflow_db: str, landing_conn:
     # A local landing directory's source is what it always was.
     local = _operator(landing_path="/tmp/landing").build_source()
     assert local.storage_options is None and not local.on_store
+
+
+@pytest.mark.parametrize(
+    ("table_uri", "expected"),
+    [
+        ("/tmp/eod-never-written/orders", ["/jars/s3.jar"]),  # the landing prefix's store only
+        ("s3://bucket/tables/orders", ["/jars/s3.jar"]),  # one store: its connector once
+        ("az://container/tables/orders", ["/jars/az.jar", "/jars/s3.jar"]),  # two stores: both
+    ],
+)
+def test_the_driver_class_path_holds_each_stores_connector_once(
+    monkeypatch: pytest.MonkeyPatch, table_uri: str, expected: list[str]
+) -> None:
+    from airflow_eod.core.table_ref import TableRef
+    from airflow_eod.spark import cloud_jars
+
+    # The cache's jar paths stand in for the real lookup: which jars the cache holds is not
+    # what this asserts, how the operator puts them on the class path is.
+    monkeypatch.setattr(cloud_jars, "connector_class_path", lambda scheme, cache=None: f"/jars/{scheme}.jar")
+    op = _operator(table_uri=table_uri, spark_conf={"spark.driver.extraClassPath": "/mine.jar"})
+    conf = op._local_conf(TableRef.parse(table_uri))
+    assert conf["spark.driver.extraClassPath"].split(":") == ["/mine.jar", *expected]

@@ -5,8 +5,6 @@ option names, requests per call."""
 from __future__ import annotations
 
 import os
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,6 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_eod.core.storage import UnknownOutcome, put_settled
+from tests.support.put_race import race_one_key
 
 if os.environ.get("EOD_REQUIRE_OBJECTSTORE"):  # CI: obstore missing fails instead of skipping
     import obstore
@@ -49,50 +48,11 @@ def test_sixteen_racers_on_one_key_exactly_one_wins_every_round(azure_server: An
     CI runs 20 rounds (``EOD_AZURE_RACE_ROUNDS``, default 20); ``make test-objectstore-race``
     runs 200, by hand, the run the issue 21 note quotes."""
     clients = [AzureStorage.from_url(root, azure_server.options()) for _ in range(RACERS)]
-    barrier = threading.Barrier(RACERS + 1)  # the racers and this thread, which sets each round's key
-    key = ""
-    winners: list[int] = []
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-
-    def race(n: int) -> None:
-        for _ in range(ROUNDS):
-            barrier.wait()  # the main thread has set the round's key
-            barrier.wait()
-            try:
-                body = f'{{"attempt": "racer-{n}-{key}"}}'.encode()
-                if clients[n].put_if_absent(key, body, attempt=f"racer-{n}-{key}"):
-                    with lock:
-                        winners.append(n)
-            except BaseException as exc:
-                errors.append(exc)
-            barrier.wait()  # the round is over
-
-    threads = [threading.Thread(target=race, args=(n,)) for n in range(RACERS)]
-    for t in threads:
-        t.start()
-    bad: list[tuple[int, list[int]]] = []
-    started = time.monotonic()
-    for r in range(ROUNDS):
-        key = f"race/{r:05d}.json"
-        winners.clear()
-        barrier.wait()
-        barrier.wait()
-        barrier.wait()
-        if len(winners) != 1:
-            bad.append((r, list(winners)))
-        elif clients[0].get(key) != f'{{"attempt": "racer-{winners[0]}-{key}"}}'.encode():
-            bad.append((r, list(winners)))
-    for t in threads:
-        t.join()
-    elapsed = time.monotonic() - started
-    puts = sum(c.requests["PutObject(If-None-Match)"] for c in clients)
-    print(f"\n{RACERS} racers x {ROUNDS} rounds on Azurite: {ROUNDS - len(bad)} rounds with exactly one "
-          f"winner, {len(bad)} without; {puts} conditional puts; {elapsed:.1f} s")  # fmt: skip
-    assert not errors, errors[:3]
-    assert bad == []
-    # Every loser was told "taken" at once: Azure's 409 BlobAlreadyExists is not retried.
-    assert puts == RACERS * ROUNDS
+    result = race_one_key(clients, rounds=ROUNDS, put_request="PutObject(If-None-Match)")
+    print("\n" + result.summary(RACERS, "Azurite"))
+    assert not result.errors, result.errors[:3]
+    assert result.bad == []
+    assert result.puts == RACERS * ROUNDS
 
 
 def _generic(message: str) -> BaseException:

@@ -4,8 +4,6 @@ outcomes settled by reading back, throttling and conflicts retried, requests per
 from __future__ import annotations
 
 import os
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,6 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_eod.core.storage import UnknownOutcome, put_settled
+from tests.support.put_race import race_one_key
 
 pytestmark = pytest.mark.objectstore
 
@@ -49,48 +48,10 @@ def test_sixteen_racers_on_one_key_exactly_one_wins_every_round(s3_server: Any, 
     (``make test-objectstore-race``, about 12 minutes on 2 cores) is the proof the issue 21
     note quotes: it is run by hand, not asserted in CI."""
     clients = [S3Storage.from_url(root, s3_server.options()) for _ in range(RACERS)]
-    barrier = threading.Barrier(RACERS + 1)  # the racers and this thread, which sets each round's key
-    key = ""
-    winners: list[int] = []
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-
-    def race(n: int) -> None:
-        for _ in range(ROUNDS):
-            barrier.wait()  # the main thread has set the round's key
-            barrier.wait()
-            try:
-                body = f'{{"attempt": "racer-{n}-{key}"}}'.encode()
-                if clients[n].put_if_absent(key, body, attempt=f"racer-{n}-{key}"):
-                    with lock:
-                        winners.append(n)
-            except BaseException as exc:
-                errors.append(exc)
-            barrier.wait()  # the round is over
-
-    threads = [threading.Thread(target=race, args=(n,)) for n in range(RACERS)]
-    for t in threads:
-        t.start()
-    bad: list[tuple[int, list[int]]] = []
-    started = time.monotonic()
-    for r in range(ROUNDS):
-        key = f"race/{r:05d}.json"
-        winners.clear()
-        barrier.wait()
-        barrier.wait()
-        barrier.wait()
-        if len(winners) != 1:
-            bad.append((r, list(winners)))
-        elif clients[0].get(key) != f'{{"attempt": "racer-{winners[0]}-{key}"}}'.encode():
-            bad.append((r, list(winners)))
-    for t in threads:
-        t.join()
-    elapsed = time.monotonic() - started
-    puts = sum(c.requests["PutObject(If-None-Match)"] for c in clients)
-    print(f"\n{RACERS} racers x {ROUNDS} rounds: {ROUNDS - len(bad)} rounds with exactly one winner, "
-          f"{len(bad)} without; {puts} conditional puts; {elapsed:.1f} s")  # fmt: skip
-    assert not errors, errors[:3]
-    assert bad == []
+    result = race_one_key(clients, rounds=ROUNDS, put_request="PutObject(If-None-Match)")
+    print("\n" + result.summary(RACERS, "S3 (SeaweedFS)"))
+    assert not result.errors, result.errors[:3]
+    assert result.bad == []
 
 
 def _generic(message: str) -> BaseException:

@@ -24,7 +24,6 @@ import hashlib
 import hmac
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,8 @@ from email.utils import formatdate
 
 import pytest
 
-from tests.support.reaper import Reaper, kill_tree, watch
+from tests.support.loopback import free_port, log_tail, stop_processes
+from tests.support.reaper import Reaper, watch
 
 AZURITE_VERSION = "3.37.0"
 # The emulator's one account and its key, the same in every Azurite (published by Microsoft).
@@ -101,12 +101,6 @@ def azurite_binary(cache: str = CACHE) -> str:
     return binary
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class AzuriteServer:
     root: str
@@ -147,7 +141,7 @@ class AzuriteServer:
                 pytest.fail(str(exc))
             pytest.skip(str(exc))
         root = tempfile.mkdtemp(prefix="eod-azurite-")
-        port = _free_port()
+        port = free_port()
         argv = [
             binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", root,
             "--disableTelemetry", "--skipApiVersionCheck", "--silent",
@@ -215,19 +209,10 @@ class AzuriteServer:
             return int(exc.code)
 
     def log_tail(self, n: int = 2000) -> str:
-        try:
-            with open(os.path.join(self.root, "log"), "rb") as fh:
-                return fh.read()[-n:].decode(errors="replace")
-        except OSError:
-            return ""
+        return log_tail(os.path.join(self.root, "log"), n)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            kill_tree(self.proc.pid, grace=5.0)
-        self.proc.wait(timeout=10)
-        shutil.rmtree(self.root, ignore_errors=True)
-        if self.reaper is not None:
-            self.reaper.release()
+        stop_processes([self.proc], self.root, self.reaper)
 
 
 if __name__ == "__main__":

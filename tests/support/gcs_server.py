@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.reaper import Reaper, kill_tree, watch
+from tests.support.loopback import free_ports, log_tail, stop_processes
+from tests.support.reaper import Reaper, watch
 
 MODULE = "github.com/fsouza/fake-gcs-server"
 VERSION = "v1.56.1"
@@ -91,19 +91,6 @@ def emulator_binary() -> str | None:
     return build(go)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 @dataclass
 class GCSServer:
     root: str
@@ -146,7 +133,7 @@ class GCSServer:
                 pytest.fail(reason)
             pytest.skip(reason)
         root = tempfile.mkdtemp(prefix="eod-gcs-", dir=os.environ.get("EOD_GCS_ROOT", "/tmp"))
-        front, emulator = _free_ports(2)
+        front, emulator = free_ports(2)
         with open(os.path.join(root, "service-account.json"), "w") as fh:
             json.dump({"gcs_base_url": f"http://127.0.0.1:{front}", "disable_oauth": True,
                        "client_email": "", "private_key": "", "private_key_id": ""}, fh)  # fmt: skip
@@ -210,23 +197,11 @@ class GCSServer:
         )
 
     def log_tail(self, n: int = 2000) -> str:
-        tails = []
-        for name in ("emulator", "front"):
-            try:
-                with open(os.path.join(self.root, f"{name}.log"), "rb") as fh:
-                    tails.append(f"[{name}] " + fh.read()[-n:].decode(errors="replace"))
-            except OSError:
-                pass
-        return "\n".join(tails)
+        names = ("emulator", "front")
+        return "\n".join(f"[{name}] " + log_tail(os.path.join(self.root, f"{name}.log"), n) for name in names)
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                kill_tree(proc.pid, grace=5.0)
-            proc.wait(timeout=10)
-        shutil.rmtree(self.root, ignore_errors=True)
-        if self.reaper is not None:
-            self.reaper.release()
+        stop_processes(self.procs, self.root, self.reaper)
 
 
 if __name__ == "__main__":

@@ -29,13 +29,13 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
 
 import pytest
 
+from tests.support.loopback import free_port
 from tests.support.reaper import Reaper, stop_postgres, watch
 
 JDBC_JAR = "/usr/share/java/postgresql.jar"
@@ -47,12 +47,6 @@ DATABASE = "shop"
 def _bindir() -> str | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
     return os.path.dirname(found[-1]) if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -91,7 +85,7 @@ class PostgresServer:
         # pg_ctl daemonizes the server: if this process dies without stop() (a SIGKILL, a
         # SIGTERM, a second Ctrl-C), the watcher stops it and removes its directory.
         reaper = watch([{"stop_postgres": datadir, "bindir": bindir, "as_user": as_user}, {"rmtree": root}])
-        server = cls(bindir, datadir, _free_port(), as_user, reaper)
+        server = cls(bindir, datadir, free_port(), as_user, reaper)
         try:
             server._init_and_start(root)
         except BaseException:

@@ -17,11 +17,9 @@ removes its directory if this process dies without :meth:`S3Server.stop`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -33,7 +31,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.support.reaper import Reaper, kill_tree, watch
+from tests.support.loopback import free_ports, log_tail, stop_processes
+from tests.support.reaper import Reaper, watch
 
 ACCESS_KEY = "eod-test-access"
 SECRET_KEY = "eod-test-secret-Ab12Cd34"
@@ -52,19 +51,6 @@ def weed_binary() -> str | None:
         if os.access(candidate, os.X_OK):
             return candidate
     return shutil.which("weed")
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass
@@ -115,7 +101,7 @@ class S3Server:
             }
             json.dump({"identities": [identity]}, fh)
         os.chmod(config, 0o600)
-        master, master_g, volume, volume_g, filer, filer_g, s3, s3_g = _free_ports(8)
+        master, master_g, volume, volume_g, filer, filer_g, s3, s3_g = free_ports(8)
         argv = [
             weed, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-master.port={master}", f"-master.port.grpc={master_g}", "-master.volumeSizeLimitMB=64",
@@ -184,19 +170,7 @@ class S3Server:
         return True
 
     def log_tail(self, n: int = 2000) -> str:
-        try:
-            with open(os.path.join(self.root, "log"), "rb") as fh:
-                return fh.read()[-n:].decode(errors="replace")
-        except OSError:
-            return ""
+        return log_tail(os.path.join(self.root, "log"), n)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            kill_tree(self.proc.pid, grace=5.0)
-        self.proc.wait(timeout=10)
-        shutil.rmtree(self.root, ignore_errors=True)
-        for path in self.sockets:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        if self.reaper is not None:
-            self.reaper.release()
+        stop_processes([self.proc], self.root, self.reaper, unlink=self.sockets)
