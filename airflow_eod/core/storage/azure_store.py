@@ -41,13 +41,14 @@ import obstore
 from obstore.store import AzureStore
 
 from airflow_eod.core.storage.object_store import ObjectStorage, _status, check_key, default_retry
+from airflow_eod.core.storage.option_names import OptionNames
 
 # Deletes per Blob Batch request (Azure's limit is 256).
 DELETE_BATCH = 256
 
 # delta-rs' names of Azure storage options (those of the object_store crate it hands them to)
 # -> obstore's AzureStore configuration keys. Matched without regard to case.
-_OPTIONS = {
+_CONFIG = {
     "AZURE_STORAGE_ACCOUNT_NAME": "account_name",
     "AZURE_STORAGE_ACCOUNT_KEY": "account_key",
     "AZURE_STORAGE_ACCESS_KEY": "account_key",
@@ -84,13 +85,10 @@ _FLAGS = {
 # Options of the HTTP client rather than of the store.
 _CLIENT_FLAGS = {"AZURE_ALLOW_HTTP": "allow_http"}
 
-ACCEPTED_OPTIONS = frozenset(_OPTIONS) | frozenset(_FLAGS) | frozenset(_CLIENT_FLAGS)
+AZURE_OPTIONS = OptionNames(store="Azure", config=_CONFIG, flags=_FLAGS, client_flags=_CLIENT_FLAGS)
+ACCEPTED_OPTIONS = AZURE_OPTIONS.accepted
 
 _SCHEMES = ("az", "abfs", "abfss")
-
-
-def _flag(value: object) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
 def parse_url(url: str) -> tuple[str, str | None, str]:
@@ -158,18 +156,7 @@ class AzureStorage(ObjectStorage):
             with an endpoint (obstore would ignore the endpoint and reach port 10000).
         """
         container, account, prefix = parse_url(url)
-        config: dict[str, Any] = {}
-        client: dict[str, Any] = {}
-        for name, value in (options or {}).items():
-            upper = name.upper()
-            if upper in _OPTIONS:
-                config[_OPTIONS[upper]] = value
-            elif upper in _FLAGS:
-                config[_FLAGS[upper]] = _flag(value)
-            elif upper in _CLIENT_FLAGS:
-                client[_CLIENT_FLAGS[upper]] = _flag(value)
-            else:
-                raise ValueError(f"unknown Azure storage option {name!r}")
+        config, client = AZURE_OPTIONS.map(options)
         if account is not None:
             if config.setdefault("account_name", account) != account:
                 raise ValueError(f"the URL names account {account!r}, the options {config['account_name']!r}")

@@ -35,6 +35,7 @@ from typing import Any
 from obstore.store import GCSStore
 
 from airflow_eod.core.storage.object_store import ObjectStorage, _status, check_key, default_retry
+from airflow_eod.core.storage.option_names import OptionNames
 
 # delta-rs' names of GCS storage options (those of object_store's GoogleConfigKey, matched
 # without regard to case) -> obstore's GCS configuration keys.
@@ -57,8 +58,14 @@ _CONFIG = {
 # The bucket may be named again in the options; it must then be the URL's.
 _BUCKET = ("GOOGLE_BUCKET", "GOOGLE_BUCKET_NAME", "BUCKET", "BUCKET_NAME")
 # HTTP client options (object_store reads them with or without the GOOGLE_ prefix).
-_CLIENT = {"ALLOW_HTTP": "allow_http", "TIMEOUT": "timeout", "CONNECT_TIMEOUT": "connect_timeout"}
-_TRUE = ("1", "true", "yes")
+_CLIENT = {"TIMEOUT": "timeout", "CONNECT_TIMEOUT": "connect_timeout"}
+GCS_OPTIONS = OptionNames(
+    store="GCS",
+    config={k: v for k, v in _CONFIG.items() if v != "skip_signature"},
+    flags={k: v for k, v in _CONFIG.items() if v == "skip_signature"},
+    client={**_CLIENT, **{f"GOOGLE_{k}": v for k, v in _CLIENT.items()}},
+    client_flags={"ALLOW_HTTP": "allow_http", "GOOGLE_ALLOW_HTTP": "allow_http"},
+)
 # The answers of GCS that ask to be asked again: 429 rate limit (rateLimitExceeded, SlowDown),
 # 503 service unavailable.
 _RETRY = (429, 503)
@@ -71,22 +78,13 @@ def gcs_options(options: Mapping[str, str] | None, *, bucket: str) -> tuple[dict
     :param bucket: the URL's bucket, which a ``GOOGLE_BUCKET`` option must repeat if given.
     :raises ValueError: for an unknown option, or a bucket option naming another bucket.
     """
-    config: dict[str, Any] = {}
-    client: dict[str, Any] = {}
-    for name, value in (options or {}).items():
-        upper = name.upper()
-        bare = upper.removeprefix("GOOGLE_")
-        if upper in _CONFIG:
-            key = _CONFIG[upper]
-            config[key] = str(value).lower() in _TRUE if key == "skip_signature" else value
-        elif upper in _BUCKET:
+    rest = dict(options or {})
+    for name, value in list(rest.items()):
+        if name.upper() in _BUCKET:
             if value != bucket:
                 raise ValueError(f"GCS storage option {name!r} names bucket {value!r}, the URL {bucket!r}")
-        elif bare in _CLIENT:
-            key = _CLIENT[bare]
-            client[key] = str(value).lower() in _TRUE if key == "allow_http" else value
-        else:
-            raise ValueError(f"unknown GCS storage option {name!r}")
+            del rest[name]
+    config, client = GCS_OPTIONS.map(rest)
     if "service_account" in config and "service_account_key" in config:
         raise ValueError("GCS storage options name both a service account file and a key")
     return config, client

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
 from airflow_eod.core.errors import UnsafePathError
 from airflow_eod.core.storage.base import BoundError, Head, NotFound, UnknownOutcome, check_attempt
+from airflow_eod.core.storage.option_names import OptionNames
 
 # Retries of a 409 ConditionalRequestConflict or a 503 SlowDown that reach this module (after
 # obstore's own retries of a 5xx), and the backoff between them.
@@ -70,16 +71,20 @@ DELETE_BATCH = 1000
 _STATUS = re.compile(r"status code: (\d{3})")
 
 # delta-rs' names of storage options (AWS_*) -> obstore's S3 configuration keys.
-_OPTIONS = {
-    "AWS_ENDPOINT_URL": "endpoint",
-    "AWS_ENDPOINT": "endpoint",
-    "AWS_ACCESS_KEY_ID": "access_key_id",
-    "AWS_SECRET_ACCESS_KEY": "secret_access_key",
-    "AWS_SESSION_TOKEN": "session_token",
-    "AWS_REGION": "region",
-    "AWS_DEFAULT_REGION": "region",
-    "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "virtual_hosted_style_request",
-}
+S3_OPTIONS = OptionNames(
+    store="S3",
+    config={
+        "AWS_ENDPOINT_URL": "endpoint",
+        "AWS_ENDPOINT": "endpoint",
+        "AWS_ACCESS_KEY_ID": "access_key_id",
+        "AWS_SECRET_ACCESS_KEY": "secret_access_key",
+        "AWS_SESSION_TOKEN": "session_token",
+        "AWS_REGION": "region",
+        "AWS_DEFAULT_REGION": "region",
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "virtual_hosted_style_request",
+    },
+    client_flags={"AWS_ALLOW_HTTP": "allow_http"},
+)
 
 
 def _status(exc: BaseException) -> int | None:
@@ -342,16 +347,7 @@ class S3Storage(ObjectStorage):
         bucket, _, prefix = rest.partition("/")
         if scheme not in ("s3", "s3a") or not bucket:
             raise ValueError(f"not an S3 URL with a bucket: {url!r}")
-        config: dict[str, Any] = {}
-        client: dict[str, Any] = {}
-        for name, value in (options or {}).items():
-            upper = name.upper()
-            if upper == "AWS_ALLOW_HTTP":
-                client["allow_http"] = str(value).lower() in ("1", "true", "yes")
-            elif upper in _OPTIONS:
-                config[_OPTIONS[upper]] = value
-            else:
-                raise ValueError(f"unknown S3 storage option {name!r}")
+        config, client = S3_OPTIONS.map(options)
         return cls(bucket=bucket, prefix=prefix, config=config, client_options=client)
 
     def _retryable(self, exc: BaseException) -> bool:
