@@ -75,7 +75,10 @@ def is_template(value: Any) -> bool:
 
 def check_object_store_load(table: TableRef, *, engine: str, execution: str, quarantine: str | None) -> None:
     """What a load into a table on an object store does not do in this release, refused before
-    anything is planned or written (the task ends: no retry changes it)."""
+    anything is planned or written (the task ends: no retry changes it), and a quarantine table
+    out of the load's reach (on another store than the table)."""
+    if quarantine is not None and not is_template(quarantine):
+        table.neighbour(quarantine, "quarantine_table_uri")
     if table.is_local:
         return
     why = None
@@ -85,8 +88,6 @@ def check_object_store_load(table: TableRef, *, engine: str, execution: str, qua
         why = f"engine={engine!r} (use engine='delta-rs', which commits with the store's conditional put)"
     elif execution != "local":
         why = f"execution={execution!r} (the driver would need the store's credentials; use 'local')"
-    elif quarantine is not None:
-        why = "a quarantine_table_uri (malformed records fail the batch instead)"
     if why:
         raise ConfigurationError(
             f"table {table} is on an object store: this release does not load into one with {why}"

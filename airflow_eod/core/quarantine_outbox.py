@@ -114,14 +114,15 @@ def deliver_outbox(ref: TableRef, status: BatchStatus) -> BatchStatus | None:
         return None
     batch = status.batch
     staged = outbox.staged
-    if not staged.files and open_table(TableRef.parse(outbox.table_uri)) is None:
+    quarantine = ref.neighbour(outbox.table_uri, "the quarantine table")
+    if not staged.files and open_table(quarantine) is None:
         # Nothing to remove and no table made only to hold an empty marker.
         log.info(
             "batch %s: generation %d has no malformed records and the quarantine table %s does "
             "not exist; nothing to deliver",
             batch,
             gen,
-            TableRef.parse(outbox.table_uri),
+            quarantine,
         )
         return None
     q_manifest = replace(
@@ -132,7 +133,7 @@ def deliver_outbox(ref: TableRef, status: BatchStatus) -> BatchStatus | None:
     )
     try:
         ours, q_status = commit_batch(
-            TableRef.parse(outbox.table_uri),
+            quarantine,
             batch,
             gen,
             staged,
@@ -150,7 +151,7 @@ def deliver_outbox(ref: TableRef, status: BatchStatus) -> BatchStatus | None:
             batch.label,
             f"generation {gen} is committed to the table {ref.location} (version "
             f"{status.table_version}), but its {staged.rows} malformed record(s) could not be "
-            f"delivered to the quarantine table {TableRef.parse(outbox.table_uri)}: {cause}; "
+            f"delivered to the quarantine table {quarantine}: {cause}; "
             "the next attempt of the task delivers them",
         ) from exc
     log.warning(
@@ -162,9 +163,9 @@ def deliver_outbox(ref: TableRef, status: BatchStatus) -> BatchStatus | None:
         status.table_version,
         staged.rows,
         "committed to" if ours else "already in",
-        TableRef.parse(outbox.table_uri),
+        quarantine,
         q_status.table_version,
     )
     # Only now: before delivery, the outbox's files are an uncommitted attempt's files.
-    remove_uncommitted_attempts(TableRef.parse(outbox.table_uri), q_status)
+    remove_uncommitted_attempts(quarantine, q_status)
     return q_status

@@ -30,6 +30,8 @@ from airflow_eod.core.table_layout import META_DIR, path_part, under
 
 # The object stores a table may live on, by URI scheme, and the scheme a location is kept in.
 OBJECT_SCHEMES = {"s3": "s3", "s3a": "s3", "az": "az", "abfs": "abfs", "abfss": "abfss", "gs": "gs"}
+# The store each canonical scheme reaches (Azure's three spellings name one service).
+_STORES = {"s3": "S3", "az": "Azure", "abfs": "Azure", "abfss": "Azure", "gs": "GCS"}
 
 
 def _object_location(uri: str, scheme: str, rest: str) -> str:
@@ -119,6 +121,26 @@ class TableRef:
     def scheme(self) -> str:
         """``file`` for a local table, else the object store's scheme (``s3``, ``az``, ``gs``...)."""
         return "file" if self.is_local else self.location.split("://", 1)[0]
+
+    def neighbour(self, uri: str, what: str) -> TableRef:
+        """Another table this one's loads write (a quarantine table), with this table's
+        storage options: a load has one connection, so a neighbour on an object store must be
+        on this table's store.
+
+        :param uri: the other table's URI.
+        :param what: what the other table is, for the error (``quarantine_table_uri``).
+        :raises ConfigurationError: for a neighbour on another store than this table's.
+        """
+        other = TableRef.parse(uri)
+        if other.is_local:
+            return other
+        if self.is_local or _STORES[other.scheme] != _STORES[self.scheme]:
+            raise ConfigurationError(
+                f"{what} {other} is on {_STORES[other.scheme]}, the table {self} "
+                f"{'on a local file system' if self.is_local else 'on ' + _STORES[self.scheme]}: a load "
+                "reaches one store, with the table's connection (storage_conn_id); put both on one store"
+            )
+        return TableRef.parse(other, self.storage_options)
 
     @property
     def storage_options(self) -> dict[str, str]:

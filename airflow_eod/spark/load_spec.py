@@ -110,7 +110,7 @@ class LoadSpec:
     def quarantine_table(self) -> TableRef | None:
         """The quarantine table, or ``None`` when malformed records fail the batch."""
         uri = self.settings.quarantine_table_uri
-        return None if uri is None else TableRef.parse(uri)
+        return None if uri is None else self.table.neighbour(uri, "quarantine_table_uri")
 
     @property
     def generation(self) -> int:

@@ -120,11 +120,51 @@ def test_an_object_store_load_refuses_what_it_does_not_do_yet(s3_server: Any) ->
     for kwargs, cause in (
         ({"engine": "delta-spark", "execution": "local", "quarantine": None}, "engine='delta-spark'"),
         ({"engine": "delta-rs", "execution": "submit", "quarantine": None}, "execution='submit'"),
-        ({"engine": "delta-rs", "execution": "local", "quarantine": "s3://b/q"}, "quarantine_table_uri"),
+        (
+            {"engine": "delta-rs", "execution": "local", "quarantine": "gs://b/q"},
+            "quarantine_table_uri gs://b/q is on GCS",
+        ),
     ):
         with pytest.raises(ConfigurationError, match=cause):
             check_object_store_load(ref, **kwargs)  # type: ignore[arg-type]
     check_object_store_load(ref, engine="delta-rs", execution="local", quarantine=None)
+    check_object_store_load(ref, engine="delta-rs", execution="local", quarantine="s3a://other-bucket/q")
+    local = TableRef.parse("/tmp/eod-never-written/t")
+    with pytest.raises(ConfigurationError, match="on a local file system: a load reaches one store"):
+        check_object_store_load(local, engine="delta-rs", execution="local", quarantine="s3://b/q")
+
+
+@pytest.mark.parametrize("point", ["after_stage", "after_commit"])
+def test_malformed_records_reach_a_quarantine_table_on_s3_once_across_a_crash(
+    spark: Any, landing: str, s3_table: TableRef, s3_server: Any, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quarantine table on the table's store takes the table's connection: the malformed
+    records are staged there over s3a and delivered after the main commit, once, whether the
+    attempt died before the main commit or between it and the delivery."""
+    import os
+
+    write_order_files(landing, 1, 12)
+    with open(os.path.join(landing, "z-bad.csv"), "w") as fh:
+        fh.write("order_id,customer,amount,order_date,ordered_at\n")
+        fh.write("x1,a,1,2026-11-01,2026-11-01T00:00:00Z\nx2,b,2,2026-11-01,2026-11-01T00:00:00Z\n")
+    quarantine = f"s3://{s3_server.bucket}/loads/{uuid.uuid4().hex}/rejects"
+    source = orders_source(landing)
+    plan = plan_for(source, s3_table)  # type: ignore[arg-type]
+    monkeypatch.setenv("EOD_FAULTPOINTS", f"{point}=raise@1")
+    with pytest.raises(InjectedFault):
+        run_load(spark, spec_for(source, s3_table, plan, quarantine_table_uri=quarantine))  # type: ignore[arg-type]
+    retry = run_load(spark, spec_for(source, s3_table, plan, try_number=2, quarantine_table_uri=quarantine))  # type: ignore[arg-type]
+    assert retry.rows == 12
+    q = DeltaTable(quarantine, storage_options=s3_table.storage_options)
+    assert q.version() == 0  # one delivery
+    assert sorted(r["raw_record"].split(",")[0] for r in q.to_pyarrow_table().to_pylist()) == ["x1", "x2"]
+    assert _history(s3_table) == 1
+    q_ref = TableRef.parse(quarantine, s3_table.storage_options)
+    assert ask(q_ref, plan.key).committed
+    os.unlink(os.path.join(landing, "z-bad.csv"))
+    cmp = check(s3_table, landing)  # type: ignore[arg-type]
+    assert cmp.exact and cmp.table_rows == 12, cmp.describe()
+    assert audit_table(s3_table).ok
 
 
 @pytest.mark.jdbc

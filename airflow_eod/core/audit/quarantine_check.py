@@ -32,7 +32,10 @@ def check_quarantine(audit: AuditState) -> None:
             continue  # nothing to deliver: the delivery is skipped on purpose
         q = str(box.get("table_uri"))
         if q not in held:
-            held[q] = _generations_held(TableRef.parse(q))
+            try:
+                held[q] = _generations_held(audit.ref.neighbour(q, "the quarantine table"))
+            except EodError:  # a manifest naming a table out of reach: nothing seen there
+                held[q] = None
         there = held[q]
         got = None if there is None else there.get(b.key)
         # An empty outbox only has to remove earlier rejects: none there is in step too.
