@@ -75,15 +75,19 @@ class CompactionReport:
     stopped: str | None = None
 
 
-def _settled(plan_log: PlanLog, window: int) -> dict[str, int]:
-    """batch key -> committed generation of the settled batches beyond the newest ``window``."""
+def _settled(plan_log: PlanLog, window: int) -> dict[str, tuple[int, list[str]]]:
+    """batch key -> (committed generation, stored record names) of the settled batches
+    beyond the newest ``window``."""
     table = open_table(plan_log.ref)
     if table is None:
         return {}
-    rows: list[tuple[int, str, int]] = []
+    rows: list[tuple[int, str, int, list[str]]] = []
     for key in plan_log.storage.list(f"{plan_log.segments.root}/batches"):
         try:
             path_part(key)
+            # A local folder stays when its records are compacted: nothing stored, nothing to do.
+            if not (names := plan_log.storage.list(f"{plan_log.segments.root}/batches/{key}")):
+                continue
             batch = BatchKey(plan_log.pipeline_id, key)
             record = newest_record(plan_log, table, batch)
             if record is None or plan_log.newest_generation(key) > record.generation:
@@ -93,9 +97,9 @@ def _settled(plan_log: PlanLog, window: int) -> dict[str, int]:
             continue
         marker = table.transaction_version(batch.app_id)
         if marker is None or marker == record.generation:
-            rows.append((record.table_version, key, record.generation))
+            rows.append((record.table_version, key, record.generation, names))
     rows.sort()
-    return {key: gen for _, key, gen in rows[: max(0, len(rows) - max(1, window))]}
+    return {key: (gen, names) for _, key, gen, names in rows[: max(0, len(rows) - max(1, window))]}
 
 
 def _verified(data: bytes) -> dict[str, Any] | None:
@@ -111,13 +115,13 @@ def _verified(data: bytes) -> dict[str, Any] | None:
     return payload
 
 
-def _entries(plan_log: PlanLog, settled: dict[str, int]) -> dict[str, str]:
+def _entries(plan_log: PlanLog, settled: dict[str, tuple[int, list[str]]]) -> dict[str, str]:
     """Key below the plan log -> stored text of every entry of the ``settled`` batches."""
     store, root = plan_log.storage, plan_log.segments.root
     wanted: list[str] = []
     seqs: set[int] = set()
-    for key, gen in settled.items():
-        wanted += [f"batches/{key}/{n}" for n in store.list(f"{root}/batches/{key}")]
+    for key, (gen, names) in settled.items():
+        wanted += [f"batches/{key}/{n}" for n in names]
         offset = key.startswith("o-") and key.split("-")[1].isdigit()
         if offset:
             seqs.add(int(key.split("-")[1]))
@@ -152,6 +156,34 @@ def _entries(plan_log: PlanLog, settled: dict[str, int]) -> dict[str, str]:
     return out
 
 
+def _compact_buckets(
+    plan_log: PlanLog, by_bucket: dict[str, dict[str, str]], report: CompactionReport
+) -> bool:
+    """Move ``by_bucket``'s entries into their buckets' next generations; ``False`` when
+    another compactor won (this one stops, and deletes nothing more)."""
+    segs = plan_log.segments
+    for bucket, group in sorted(by_bucket.items()):
+        gen, held = segs.newest(bucket)
+        new = {rel: text for rel, text in group.items() if rel not in held}
+        if new:
+            if not segs.write(bucket, gen + 1, {**held, **new}):
+                report.stopped = f"another compactor wrote generation {gen + 1} of bucket {bucket} first"
+                return False
+            if segs.generations(bucket)[-1] != gen + 1:
+                report.stopped = f"generation {gen + 1} of bucket {bucket} was overtaken"
+                return False
+            gen, report.compacted, report.segments = gen + 1, report.compacted + len(new), report.segments + 1
+            fault_point("compaction_after_segment")
+        for rel in group:
+            # The segment holds it (a zombie's other bytes included: the segment's wins).
+            report.deleted += plan_log.storage.delete(f"{segs.root}/{rel}")
+        fault_point("compaction_after_deletes")
+        for older in segs.generations(bucket):
+            if older < gen:
+                segs.drop(bucket, older)
+    return True
+
+
 def compact(ref: TableRef, pipeline_id: str, *, window: int = DEFAULT_WINDOW) -> CompactionReport:
     """Compact the settled entries of ``pipeline_id``'s plan log beyond the newest ``window``
     batches (see the module's docstring); safe to run at any time, by any number of
@@ -165,28 +197,16 @@ def compact(ref: TableRef, pipeline_id: str, *, window: int = DEFAULT_WINDOW) ->
     segs, report = plan_log.segments, CompactionReport()
     settled = _settled(plan_log, window)
     report.settled = len(settled)
-    by_bucket: dict[str, dict[str, str]] = {}
-    for rel, text in _entries(plan_log, settled).items():
-        by_bucket.setdefault(bucket_of(rel, segs.buckets), {})[rel] = text
-    for bucket, group in sorted(by_bucket.items()):
-        gen, held = segs.newest(bucket)
-        new = {rel: text for rel, text in group.items() if rel not in held}
-        if new:
-            if not segs.write(bucket, gen + 1, {**held, **new}):
-                report.stopped = f"another compactor wrote generation {gen + 1} of bucket {bucket} first"
-                return report
-            if segs.generations(bucket)[-1] != gen + 1:
-                report.stopped = f"generation {gen + 1} of bucket {bucket} was overtaken"
-                return report
-            gen, report.compacted, report.segments = gen + 1, report.compacted + len(new), report.segments + 1
-            fault_point("compaction_after_segment")
-        for rel in group:
-            # The segment holds it (a zombie's other bytes included: the segment's wins).
-            report.deleted += plan_log.storage.delete(f"{segs.root}/{rel}")
-        fault_point("compaction_after_deletes")
-        for older in segs.generations(bucket):
-            if older < gen:
-                segs.drop(bucket, older)
+    entries = _entries(plan_log, settled)
+    # The commit records go last: a batch is found again by its stored records, so a crash
+    # before they are compacted leaves the rest of the batch to the next run.
+    for records in (False, True):
+        by_bucket: dict[str, dict[str, str]] = {}
+        for rel, text in entries.items():
+            if rel.startswith("batches/") == records:
+                by_bucket.setdefault(bucket_of(rel, segs.buckets), {})[rel] = text
+        if not _compact_buckets(plan_log, by_bucket, report):
+            return report
     log.info("plan log %s: compaction %s", pipeline_id, json.dumps(report.__dict__))
     return report
 
