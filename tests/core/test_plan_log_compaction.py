@@ -112,8 +112,8 @@ def objects(ref: TableRef) -> tuple[int, int]:
         prefix = stack.pop()
         for name in store.list(prefix):
             key = f"{prefix}/{name}"
-            if store.list(key):
-                stack.append(key)
+            if store.head(key) is None:
+                stack.append(key)  # a prefix (SeaweedFS lists an emptied one for a while)
             elif key.startswith(f"{root}/segments/"):
                 segments += 1
             else:
