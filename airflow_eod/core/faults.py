@@ -55,6 +55,10 @@ POINTS = (
 # The points a load job passes through. ``after_plan`` fires in the operator's freeze step and
 # ``in_cleanup`` in its settle step, so a test that runs the job alone never reaches them.
 JOB_POINTS = tuple(p for p in POINTS if p not in ("after_plan", "in_cleanup"))
+# The boundaries of a plan-log compaction (:mod:`airflow_eod.core.records.compaction`): after
+# a segment is written and read back, and after the entries it holds are deleted. Apart from
+# POINTS, which the chaos harness and the job tests walk through.
+COMPACTION_POINTS = ("compaction_after_segment", "compaction_after_deletes")
 
 
 class InjectedFault(BaseException):
@@ -100,7 +104,7 @@ def fault_point(point: str) -> None:
     """Fire the fault armed for ``point``, if any, for the try in progress
     (:func:`airflow_eod.core.attempt.current_try`)."""
     try_number = current_try()
-    if point not in POINTS:
+    if point not in POINTS and point not in COMPACTION_POINTS:
         raise ValueError(f"unknown fault point {point!r}")
     for action, only_try, nth, item in _armed(point):
         if only_try is not None and only_try != try_number:

@@ -32,6 +32,7 @@ from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.retention import DEFAULT_RETENTION, RETENTION_KEY
 from airflow_eod.core.planlog.store import PlanLog
+from airflow_eod.core.records.compaction import maybe_compact
 from airflow_eod.core.records.store import CommitRecord, write_record
 from airflow_eod.core.replaced_files import refuse_dropping_landed_files, replaced_files
 from airflow_eod.core.staged_files import StagedBatch
@@ -256,6 +257,8 @@ def _commit_batch(
         if not after.committed:
             raise BatchError(batch.label, "the commit returned but the table has no marker for it")
         ours = after.manifest is not None and after.manifest.attempt_id == manifest.attempt_id
+        # Every so many versions the plan log's settled entries move into segments (best effort).
+        maybe_compact(ref, batch.pipeline_id, version)
         log.info("batch %s: committed at table version %s (round %d)", batch, after.table_version, round_no)
         return ours, after
     raise BatchError(

@@ -19,6 +19,8 @@ Layout, under ``<table>/_eod/pipelines/<pipeline_id>/``::
                                  see :mod:`airflow_eod.core.planlog.offsets`)
     batches/<batch_key>/g<N>.<table id>.json  the durable commit record of generation N
                                  (kept by :mod:`airflow_eod.core.records.record_files`)
+    segments/<bucket>/<gen>.json settled entries, compacted (:mod:`.segments`; every read and
+                                 listing here looks at the stored entries first, then there)
 
 Entries carry their format, the id of the attempt that wrote them and a checksum, an
 envelope the readers here take off again (entries of older releases have no attempt id); an
@@ -42,6 +44,7 @@ from airflow_eod.core.delta.binding import bound_table_id, check_table_identity
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import PlanLogError
 from airflow_eod.core.planlog.plan import INTERVAL, OFFSETS, PLAN_FORMAT, Plan
+from airflow_eod.core.planlog.segments import Segments
 from airflow_eod.core.storage import put_settled
 from airflow_eod.core.table_layout import path_part
 from airflow_eod.core.table_ref import TableRef
@@ -89,6 +92,7 @@ class PlanLog:
         # The table's bytes. Short-lived, as this instance is: the directories it found to be
         # no link are not looked at again.
         self.storage = ref.storage()
+        self.segments = Segments(storage=self.storage, root=self._key())
 
     # -- low level ---------------------------------------------------------------
     def _key(self, *parts: str) -> str:
@@ -107,8 +111,14 @@ class PlanLog:
         return self._path(*parts)
 
     def names(self, *parts: str) -> list[str]:
-        """The names in the plan-log directory ``parts``, sorted (none when it is missing)."""
-        return self.storage.list(self._key(*parts))
+        """The names in the plan-log directory ``parts``, sorted (none when it is missing),
+        with those of its entries that segments hold."""
+        stored = self.storage.list(self._key(*parts))
+        return sorted(set(stored) | self.segments.names_under(self._rel(self._key(*parts))))
+
+    def _rel(self, key: str) -> str:
+        """The key of an entry below the plan log (a segment's name for it)."""
+        return key[len(self._key()) + 1 :]
 
     def key_of(self, path: str) -> str:
         """The storage key of ``path`` (a path in this table, from :meth:`_path`)."""
@@ -139,7 +149,16 @@ class PlanLog:
         payload = dict(body, format=PLAN_FORMAT, attempt=ident)
         payload["checksum"] = fingerprint(payload)
         data = json.dumps(payload, sort_keys=True).encode()
-        return put_settled(self.storage, self.key_of(path), data, attempt=ident)
+        key = self.key_of(path)
+        if self.segments.get(self._rel(key)) is not None:
+            return False  # compacted: the segment holds the entry
+        if not put_settled(self.storage, key, data, attempt=ident):
+            return False
+        if self.segments.get(self._rel(key)) is not None:
+            # A writer paused across a compaction of this key: the segment's body wins.
+            self.storage.delete(key)
+            return False
+        return True
 
     def write_entry(self, path: str, body: dict[str, Any]) -> bool:
         """Write the checksummed entry ``body`` at ``path`` (from :meth:`entry_path`, which
@@ -162,7 +181,9 @@ class PlanLog:
         try:
             text = self.storage.get(self.key_of(path), limit=bounded_json.MAX_PLAN_LOG_ENTRY)
         except FileNotFoundError:
-            return None
+            if (compacted := self.segments.get(self._rel(self.key_of(path)))) is None:
+                return None
+            text = compacted
         except (bounded_json.JsonBoundError, IsADirectoryError) as exc:  # too large, a link, a device
             raise PlanLogError(
                 f"plan-log entry {path} is corrupt ({exc}); see the runbook, 'a corrupt plan-log entry'"
@@ -271,7 +292,8 @@ class PlanLog:
         indexed = self._newest_index_seq()
 
         def planned(seq: int) -> bool:
-            return self.storage.head(self.key_of(self._plan_path(OFFSETS, "", seq))) is not None
+            key = self.key_of(self._plan_path(OFFSETS, "", seq))
+            return self.storage.head(key) is not None or self.segments.get(self._rel(key)) is not None
 
         low = -1 if indexed is None else indexed  # planned (or -1)
         step, high = 1, low + 1
@@ -421,4 +443,6 @@ class PlanLog:
         # Whether the folder is there, not what it holds: it grows with the pipeline's history,
         # and planning lists no folder of it (the cost tests pin that). A store without
         # folders will answer with a listing of one name.
-        return {k for k, folder in kinds.items() if self.storage.has_prefix(self._key(folder))}
+        # Compaction leaves the newest settled plans in place: segments are asked only here.
+        held = self.segments.holds
+        return {k for k, f in kinds.items() if self.storage.has_prefix(self._key(f)) or held(f)}
