@@ -32,9 +32,9 @@ def start() -> Any:
         from tests.support import postgres_server
     except ImportError as exc:  # pytest or psycopg2 missing: `pip install -e '.[bench]'`
         raise PostgresUnavailable(f"cannot import tests.support.postgres_server: {exc}") from exc
-    own_free_port = postgres_server._free_port
+    own_free_port = postgres_server.free_port
     if _port_free(PREFERRED_PORT):
-        postgres_server._free_port = lambda: PREFERRED_PORT  # type: ignore[assignment]
+        postgres_server.free_port = lambda: PREFERRED_PORT  # type: ignore[assignment]
     try:
         return postgres_server.PostgresServer.start()
     except BaseException as exc:  # the starter skips (pytest's Skipped) when binaries are missing
@@ -42,7 +42,7 @@ def start() -> Any:
             raise
         raise PostgresUnavailable(str(exc) or type(exc).__name__) from exc
     finally:
-        postgres_server._free_port = own_free_port  # type: ignore[assignment]
+        postgres_server.free_port = own_free_port  # type: ignore[assignment]
 
 
 def create_source_table(pg: Any) -> None:

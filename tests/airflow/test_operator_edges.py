@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from airflow_eod.spark.driver import error_from, error_path, write_error
 from airflow_eod.spark.load_job import run_load
 from tests.conftest import REPO
 from tests.support.helpers import check, plan_for, spec_for
+from tests.support.loopback import free_port
 
 ORDERS_DDL = "order_id INT, customer STRING, amount DECIMAL(10,2), order_date DATE, ordered_at TIMESTAMP"
 DDL = ORDERS_DDL
@@ -143,12 +143,6 @@ def test_restate_with_nothing_to_restate_is_refused(
 # -- item 9: submit mode with the master down ------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.spark
 @pytest.mark.cluster
 def test_submit_with_the_master_down_fails_in_seconds_naming_batch_and_master(
@@ -159,7 +153,7 @@ def test_submit_with_the_master_down_fails_in_seconds_naming_batch_and_master(
     the ``batch <pipeline>/<key>:`` prefix; "All masters are unresponsive" was an INFO line.
     Now the task fails within seconds, before submitting, with a retryable error that names
     the batch and the master; a later try (here in local mode) loads the batch once."""
-    port = _free_port()
+    port = free_port()
     monkeypatch.setenv(
         "AIRFLOW_CONN_EDGES_SPARK_DOWN",
         json.dumps(

@@ -38,7 +38,8 @@ from typing import IO, Any, TypeVar
 
 import pytest
 
-from tests.support.postgres_server import PostgresServer, _bindir, _free_port
+from tests.support.loopback import free_port
+from tests.support.postgres_server import PostgresServer, _bindir
 from tests.support.reaper import Reaper, kill_tree, watch
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -182,7 +183,7 @@ class AirflowServices:
                 conn.cursor().execute(f"CREATE DATABASE {METADATA_DB}")
             finally:
                 conn.close()
-            services = cls(root, postgres, _free_port(), {}, _reapers=[root_reaper])
+            services = cls(root, postgres, free_port(), {}, _reapers=[root_reaper])
         except BaseException:
             postgres.stop()
             shutil.rmtree(root, ignore_errors=True)
