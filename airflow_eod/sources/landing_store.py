@@ -14,6 +14,13 @@ files can write. It is read only when it lies below the landing prefix (``s3://b
 never ``s3://b/land2/...``) and its key climbs nowhere (no ``..``, ``.`` or empty segment);
 the listing applies the same check, and skips hidden names (a segment starting with ``_`` or
 ``.``) as the local listing does. The storage options (credentials) are held in memory only.
+
+What the listing sees that a directory does not (the second adversarial review of issue 21):
+folder markers (empty objects named like a folder, told from empty files by a ``HeadObject``),
+a file that is also a folder (both planned), a Delta table below the prefix (never input),
+a prefix with no object (a missing source when asked), and keys the store's client cannot
+list (refused, naming the key: the client loses the whole listing page with it). A store's
+own failures become the product's errors (:meth:`StoreLanding._failure`).
 """
 
 from __future__ import annotations
