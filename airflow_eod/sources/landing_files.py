@@ -10,6 +10,7 @@ in the (usually templated) directory when the DAG run's interval is first planne
 from __future__ import annotations
 
 import fnmatch
+import functools
 import logging
 import os
 import re
@@ -29,7 +30,7 @@ from airflow_eod.core.source import ReadContext
 from airflow_eod.sources.landing_store import StoreLanding, is_store_path, store_root
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from collections.abc import Set as AbstractSet
 
 
@@ -140,7 +141,12 @@ class LandingFilesSource:
         }
 
     def list_files(
-        self, label: str | None = None, *, skip: AbstractSet[str] = frozenset()
+        self,
+        label: str | None = None,
+        *,
+        skip: AbstractSet[str] = frozenset(),
+        exclude: Sequence[str] = (),
+        required: bool = False,
     ) -> list[dict[str, Any]]:
         """Every candidate file now, oldest first (mtime, then path), except those in ``skip``.
 
@@ -155,23 +161,49 @@ class LandingFilesSource:
         rather than failing the batch: whoever can drop a file into the directory could
         otherwise stop the pipeline with one link.
 
+        A Delta table is never input either: a folder holding ``_delta_log`` and the roots in
+        ``exclude`` (the table loaded from here, before its first commit) are not entered, so a
+        table placed below its own landing directory does not load its own files again.
+
         On an object store the prefix is listed instead (:mod:`airflow_eod.sources.landing_store`):
         files are fingerprinted by size and ETag, oldest first by their ``Last-Modified``.
+
+        :param label: the batch (or the pipeline), for errors and warnings.
+        :param skip: the paths loaded already.
+        :param exclude: the roots of the tables loaded from this directory; a landing
+            directory at or inside one is refused.
+        :param required: on an object store, a prefix holding no object is a missing source
+            (a local directory that does not exist always is).
         """
         if self.on_store:
-            return self.store().list_files(self.pattern, label, skip=skip)
+            return self.store().list_files(self.pattern, label, skip=skip, exclude=exclude, required=required)
         root = self.root
         if not os.path.isdir(root):
             raise BatchError(label, f"landing directory {root} does not exist (a missing source)")
+        tables = {os.path.realpath(t) for t in exclude if "://" not in t}
+        for table in tables:
+            if root == table or root.startswith(table.rstrip(os.sep) + os.sep):
+                raise ConfigurationError(
+                    f"{f'batch {label}: ' if label else ''}landing directory {root} lies inside the table "
+                    f"{table}: a table's files are never landing input; land the files elsewhere"
+                )
         found: dict[str, dict[str, Any]] = {}
         passed: list[str] = []  # links and special files: never input
         matches = re.compile(fnmatch.translate(self.pattern)).match  # one compile, not one per name
         pending = [root]
         while pending:
+            folder = pending.pop()
             try:
-                entries = list(os.scandir(pending.pop()))
+                entries = list(os.scandir(folder))
             except (FileNotFoundError, NotADirectoryError):  # removed while listing
                 continue
+            if any(e.name == "_delta_log" for e in entries):
+                if folder == root:
+                    raise ConfigurationError(
+                        f"landing directory {root} is the root of a Delta table (it holds _delta_log): "
+                        "a table's data files are never landing input; point landing_path at the files"
+                    )
+                continue  # a Delta table's files: never input
             for entry in entries:
                 if entry.name.startswith(("_", ".")):
                     continue
@@ -182,7 +214,8 @@ class LandingFilesSource:
                 except OSError:  # removed while listing
                     continue
                 if is_dir:
-                    pending.append(entry.path)
+                    if entry.path not in tables:
+                        pending.append(entry.path)
                     continue
                 if not is_file:
                     if link or matches(entry.name):
@@ -211,12 +244,23 @@ class LandingFilesSource:
             )
         return sorted(found.values(), key=lambda f: (f["mtime_ns"], f["path"]))
 
-    def _next_offsets(self, history: OffsetHistory) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    def _next_offsets(
+        self, history: OffsetHistory, *, label: str | None = None, exclude: Sequence[str] = ()
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The next offset batch's boundary and files; ``None`` when nothing is new.
+
+        :param label: names the pipeline in errors (the batch has no key yet).
+        :param exclude: the table's root, never input.
+        """
         self._refuse_remounted(history)
         loaded = history.loaded(lambda plan: [_canonical(f["path"], plan) for f in plan.inputs])
         batch: list[dict[str, Any]] = []
         total = 0
-        for entry in self.list_files(skip=loaded):
+        # A prefix on a store that never held an object is a missing source (a typo, or the
+        # files have not arrived); once the pipeline has loaded files, an emptied prefix (its
+        # files removed after loading) is only "nothing new".
+        required = history.newest_seq is None
+        for entry in self.list_files(label, skip=loaded, exclude=exclude, required=required):
             if batch and self.max_files_per_batch and len(batch) >= self.max_files_per_batch:
                 break
             if batch and self.max_bytes_per_batch and total + entry["size"] > self.max_bytes_per_batch:
@@ -265,18 +309,28 @@ class LandingFilesSource:
         is_committed: Callable[[BatchKey], bool],
         interval: tuple[datetime, datetime] | None = None,
     ) -> Plan | None:
-        """Freeze the batch this run loads (``None``: nothing new for an offset pipeline)."""
+        """Freeze the batch this run loads (``None``: nothing new for an offset pipeline).
+
+        The table's own files are never input, even where the table lies below the landing
+        directory."""
+        exclude = (plan_log.ref.location,)
         if self.boundary == "interval":
             start, end = require_interval(interval)
             label = BatchKey.for_interval(plan_log.pipeline_id, start, end).label
             return plan_interval_batch(
-                plan_log, start=start, end=end, inputs=lambda: self.list_files(label), source=self.identity()
+                plan_log,
+                start=start,
+                end=end,
+                inputs=lambda: self.list_files(label, exclude=exclude, required=True),
+                source=self.identity(),
             )
         return plan_offset_batch(
             plan_log,
             run_token=run_token,
             is_committed=is_committed,
-            next_offsets=self._next_offsets,
+            next_offsets=functools.partial(
+                self._next_offsets, label=f"{plan_log.pipeline_id} (its next batch)", exclude=exclude
+            ),
             source=self.identity(),
         )
 
@@ -294,7 +348,7 @@ class LandingFilesSource:
         boundary = {k: v for k, v in plan.boundary.items() if k != "dropped"}
         dropped: list[str] = []
         if plan.kind == "interval":
-            inputs = self.list_files(plan.key.label)
+            inputs = self.list_files(plan.key.label, required=True)
         else:
             # Plans of older releases kept paths as given (through symlinks): a new
             # generation is written canonically, like every plan now.

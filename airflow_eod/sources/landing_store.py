@@ -14,6 +14,13 @@ files can write. It is read only when it lies below the landing prefix (``s3://b
 never ``s3://b/land2/...``) and its key climbs nowhere (no ``..``, ``.`` or empty segment);
 the listing applies the same check, and skips hidden names (a segment starting with ``_`` or
 ``.``) as the local listing does. The storage options (credentials) are held in memory only.
+
+What the listing sees that a directory does not (the second adversarial review of issue 21):
+folder markers (empty objects named like a folder, told from empty files by a ``HeadObject``),
+a file that is also a folder (both planned), a Delta table below the prefix (never input),
+a prefix with no object (a missing source when asked), and keys the store's client cannot
+list (refused, naming the key: the client loses the whole listing page with it). A store's
+own failures become the product's errors (:meth:`StoreLanding._failure`).
 """
 
 from __future__ import annotations
@@ -21,13 +28,20 @@ from __future__ import annotations
 import fnmatch
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_eod.core.errors import ConfigurationError, InputChangedError, UnsafePathError
+from airflow_eod.core.errors import (
+    BatchError,
+    BatchRefusedError,
+    ConfigurationError,
+    EodError,
+    InputChangedError,
+    UnsafePathError,
+)
 from airflow_eod.core.planlog.restatement import refreeze_hint
-from airflow_eod.core.storage import storage_at
+from airflow_eod.core.storage import Head, UnlistableKey, is_panic, storage_at
 
 if TYPE_CHECKING:
     from collections.abc import Set as AbstractSet
@@ -41,6 +55,15 @@ STORE_SCHEMES = frozenset({"s3", "s3a", "az", "abfs", "abfss", "gs"})
 # Spelled the one way, so that one prefix is one pipeline's directory whatever the spelling.
 _SCHEME_ALIASES = {"s3a": "s3"}
 _NAMED = 5  # keys spelled out in one warning
+# What the stores answer for a bucket (container) that does not exist: S3, Azure, GCS.
+_NO_BUCKET = ("NoSuchBucket", "ContainerNotFound", "The specified bucket does not exist")
+_DENIED = ("AccessDenied", "AuthorizationPermissionMismatch", "AuthorizationFailure", "status code: 403")
+_QUERY = re.compile(r"\?\S*")
+
+
+def _below(key: str, roots: AbstractSet[str]) -> bool:
+    """Whether ``key`` is one of ``roots`` or lies below one."""
+    return any(key == r or key.startswith(r + "/") for r in roots)
 
 
 def is_store_path(path: str) -> bool:
@@ -96,22 +119,50 @@ class StoreLanding:
         return None if _unsafe(key) else key
 
     def list_files(
-        self, pattern: str, label: str | None = None, *, skip: AbstractSet[str] = frozenset()
+        self,
+        pattern: str,
+        label: str | None = None,
+        *,
+        skip: AbstractSet[str] = frozenset(),
+        exclude: Sequence[str] = (),
+        required: bool = False,
     ) -> list[dict[str, Any]]:
         """Every candidate file now, oldest first (``Last-Modified``, then path), except those
-        in ``skip``: one listing request per 1,000 objects under the prefix, none per file.
+        in ``skip``: one listing request per 1,000 objects under the prefix, and one
+        ``HeadObject`` per empty object (a folder marker or an empty file) not yet loaded.
+
+        Never input: hidden names (a segment starting with ``_`` or ``.``), folder markers (an
+        empty object whose key ends in ``/``), and the objects of a Delta table below the
+        prefix (a folder holding ``_delta_log/``, or one of ``exclude``): the table's own part
+        files would otherwise be loaded again by every batch.
 
         :param pattern: a glob on file names (the key's last segment).
-        :param label: the batch, for the warning about keys that are never read.
+        :param label: the batch (or the pipeline), for errors and the warning about keys that
+            are never read.
         :param skip: the paths loaded already.
+        :param exclude: the roots of tables loaded from this prefix (URIs); a landing prefix
+            at or below one is refused.
+        :param required: a prefix that holds no object at all is a missing source (an error,
+            as a missing local directory is) rather than an empty one.
+        :raises BatchError: nothing is under the prefix and ``required``; the listing failed
+            (retryable).
+        :raises BatchRefusedError: a key the store's client cannot list is under the prefix.
+        :raises ConfigurationError: the bucket does not exist or may not be listed, the
+            storage options are unusable, or the prefix lies inside a table.
         """
+        batch = f"batch {label}: " if label else ""
+        tables = self._excluded(exclude, batch)
         matches = re.compile(fnmatch.translate(pattern)).match
         found: list[tuple[int, str, dict[str, Any]]] = []
-        folders: set[str] = set()
         passed: list[str] = []
-        for key, head in self.storage().walk():
+        listed = False
+        for key, head in self._walk(label):
+            listed = True
+            if key == "":
+                continue  # the prefix's own folder marker: the folder exists
             parts = key.split("/")
-            folders.update("/".join(parts[:i]) for i in range(1, len(parts)))
+            if "_delta_log" in parts:
+                tables.add("/".join(parts[: parts.index("_delta_log")]))
             if _unsafe(key):
                 passed.append(key)  # it could name another key than the one listed
                 continue
@@ -121,20 +172,101 @@ class StoreLanding:
             if path in skip:
                 continue
             found.append((head.mtime_ns, path, {"path": path, "size": head.size, "etag": head.tag}))
+        if required and not listed:
+            raise BatchError(
+                label,
+                f"landing prefix {self.root} holds no object (a missing source: the files have not "
+                "arrived); nothing was planned. An empty folder that exists on purpose is a folder "
+                f"marker: an empty object named {self.root}/",
+            )
+        if "" in tables:
+            raise ConfigurationError(
+                f"{batch}landing path {self.root} is the root of a Delta table (it holds _delta_log/): "
+                "a table's data files are never landing input; point landing_path at the files' prefix"
+            )
         if passed:
             log.warning(
                 "%slanding prefix %s holds %d key(s) with a '..', '.' or empty segment, which are never "
                 "read: %s%s",
-                f"batch {label}: " if label else "",
+                batch,
                 self.root,
                 len(passed),
                 ", ".join(sorted(passed)[:_NAMED]),
                 " ..." if len(passed) > _NAMED else "",
             )
-        # A folder marker (an empty object named like the folder) is no file.
         cut = len(self.root) + 1
-        found = [f for f in found if f[1][cut:] not in folders]
-        return [entry for _, _, entry in sorted(found, key=lambda f: (f[0], f[1]))]
+        kept = [f for f in found if not _below(f[1][cut:], tables)]
+        # A folder marker ("d/", what a console's "Create folder" writes) is listed as "d", size
+        # 0, and only its HEAD tells it from an empty file "d": "d" finds nothing.
+        kept = [f for f in kept if f[2]["size"] or self._head(f[1][cut:], label) is not None]
+        return [entry for _, _, entry in sorted(kept, key=lambda f: (f[0], f[1]))]
+
+    def _excluded(self, tables: Sequence[str], batch: str) -> set[str]:
+        """The keys (below the prefix) of the table roots in ``tables`` that lie below it."""
+        below: set[str] = set()
+        for table in tables:
+            if "://" not in table:
+                continue
+            root = store_root(table)
+            if self.root == root or self.root.startswith(root + "/"):
+                raise ConfigurationError(
+                    f"{batch}landing path {self.root} lies inside the table {root}: a table's files are "
+                    "never landing input; land the files under another prefix"
+                )
+            if root.startswith(self.root + "/"):
+                below.add(root[len(self.root) + 1 :])
+        return below
+
+    def _walk(self, label: str | None) -> Iterator[tuple[str, Head]]:
+        """The store's listing of the prefix, its failures as the product's errors."""
+        try:
+            yield from self.storage().walk()
+        except UnlistableKey as exc:
+            raise BatchRefusedError(
+                label,
+                f"landing prefix {self.root} holds the object {exc.where!r}, whose key the object-store "
+                "client cannot list (a control character, or an empty, '.' or '..' segment). It fails "
+                "the whole page of the listing it is on, so the other files of that page are unknown: "
+                "nothing was planned and nothing was committed. Rename or remove that object with "
+                "another client (the AWS CLI, the console), then clear the task",
+            ) from None
+        except BaseException as exc:
+            raise self._failure(exc, label, "listing") from None
+
+    def _head(self, key: str, label: str | None) -> Head | None:
+        try:
+            return self.storage().head(key)
+        except BaseException as exc:
+            raise self._failure(exc, label, f"reading the head of {self.root}/{key}") from None
+
+    def _failure(self, exc: BaseException, label: str | None, what: str) -> BaseException:
+        """The product's error for a failed request to the landing store (``exc`` itself when it
+        is one already, or no error of a request: an interrupt)."""
+        if isinstance(exc, EodError) or (not isinstance(exc, Exception) and not is_panic(exc)):
+            return exc
+        batch = f"batch {label}: " if label else ""
+        # A URL's query may carry a SAS token: never echoed.
+        first = _QUERY.sub("?...", (str(exc).splitlines() or [type(exc).__name__])[0])
+        if is_panic(exc):
+            return ConfigurationError(
+                f"{batch}{what} the landing prefix failed in the object-store client ({first}): an "
+                "unusable storage option, most likely the endpoint (AWS_ENDPOINT_URL, "
+                "AZURE_STORAGE_ENDPOINT, GOOGLE_BASE_URL); nothing was planned"
+            )
+        bucket = self.root.split("/")[2]
+        if any(code in str(exc) for code in _NO_BUCKET):
+            return ConfigurationError(
+                f"{batch}landing path {self.root}: the bucket (container) {bucket} does not exist; "
+                "nothing was planned. Create it, or correct the landing path"
+            )
+        if isinstance(exc, PermissionError) or any(code in str(exc) for code in _DENIED):
+            return ConfigurationError(
+                f"{batch}landing path {self.root}: access denied ({first}); the landing connection's "
+                f"role needs to list and read {bucket} (s3:ListBucket, s3:GetObject or the store's "
+                "equivalents); nothing was planned"
+            )
+        failed = f"{what} the landing prefix {self.root} failed: {first}; nothing was planned"
+        return BatchError(label, failed)
 
     def stat(self, entry: dict[str, Any], label: str) -> dict[str, Any]:
         """The planned file's entry as it is now (one ``HeadObject``).
@@ -153,7 +285,7 @@ class StoreLanding:
                 "Remove what planted it, or re-freeze the batch on purpose without it (restate=True "
                 "with restate_batch_key)",
             )
-        head = self.storage().head(key)
+        head = self._head(key, label)
         if head is None:
             pipeline, _, batch = label.rpartition("/")
             raise InputChangedError(

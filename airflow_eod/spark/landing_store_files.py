@@ -1,7 +1,8 @@
 """Landing files on an object store, as Spark and Python reach them.
 
 Spark reads the frozen list of files by their Hadoop URIs (``s3a://bucket/prefix/key``),
-glob characters escaped as for local files, with the store's Hadoop settings (from the
+glob characters escaped in the whole path (the prefix's as well as the key's: a prefix
+``land[1]`` is no pattern), with the store's Hadoop settings (from the
 landing prefix's storage options) set on the session first, as staging does for a table
 (:func:`airflow_eod.spark.staging.spark_uri`). Python reads a CSV header or a Parquet footer
 through the storage seam, in ranged reads of the planned file, never past its planned size.
@@ -33,7 +34,8 @@ class StoreFiles:
     """The planned files of a landing prefix on an object store.
 
     :param landing: the landing prefix (with its storage options, in memory).
-    :param spark_root: the prefix as Spark's Hadoop file system names it (``s3a://...``).
+    :param spark_root: the prefix as Spark's Hadoop file system names it (``s3a://...``), as
+        written (not percent-encoded, glob characters not escaped).
     :param sizes: each planned file's size, by path: Python reads no further.
     """
 
@@ -41,6 +43,10 @@ class StoreFiles:
         self.landing = landing
         self.spark_root = spark_root.rstrip("/")
         self.sizes = dict(sizes)
+        # The bucket (container@account) cannot hold a glob character; the path after it can.
+        cut = self.spark_root.find("/", self.spark_root.find("://") + 3)
+        head, tail = (self.spark_root, "") if cut < 0 else (self.spark_root[:cut], self.spark_root[cut:])
+        self._escaped_root = head + _GLOB_CHARS.sub(r"\\\1", tail)
 
     def _key(self, path: str) -> str:
         key = self.landing.key_of(path)
@@ -50,12 +56,15 @@ class StoreFiles:
 
     def spark_path(self, path: str) -> str:
         escaped = _GLOB_CHARS.sub(r"\\\1", self._key(path))
-        return f"{self.spark_root}/{escaped}"
+        return f"{self._escaped_root}/{escaped}"
 
     def path_of_uri(self, uri: str) -> str:
-        if not uri.startswith(self.spark_root + "/"):
+        # Spark reports a file by its URI, percent-encoded (a space as %20): the prefix is
+        # compared decoded, as written.
+        plain = unquote(uri)
+        if not plain.startswith(self.spark_root + "/"):
             return uri  # not under the prefix: the check of what Spark resolved names it
-        return f"{self.landing.root}/{unquote(uri[len(self.spark_root) + 1 :])}"
+        return f"{self.landing.root}/{plain[len(self.spark_root) + 1 :]}"
 
     def readable(self, path: str) -> str | IO[bytes]:
         return open_object(self.landing.storage(), self._key(path), self.sizes.get(path, 0))
@@ -71,7 +80,12 @@ def landing_files(spark: SparkSession, source: LandingFilesSource, plan: Plan) -
     if not source.on_store:
         return LOCAL_FILES
     landing = source.store()
-    spark_root = prepare_session(spark, landing.root, landing.options, f"landing path {landing.root}")
+    spark_uri = prepare_session(spark, landing.root, landing.options, f"landing path {landing.root}")
+    # The connector's scheme and bucket, and the prefix exactly as the landing root spells it
+    # (a URI parser would take a '?' or '#' in it for a query or a fragment).
+    scheme_bucket = spark_uri.split("/", 3)[:3]
+    prefix = landing.root.split("/", 3)[3:]
+    spark_root = "/".join(scheme_bucket + prefix)
     sizes = {str(e.get("path")): int(e.get("size") or 0) for e in plan.inputs}
     return StoreFiles(landing=landing, spark_root=spark_root, sizes=sizes)
 

@@ -6,7 +6,9 @@ import contextlib
 import functools
 import importlib
 import logging
+import re
 from collections.abc import Iterator, Mapping
+from urllib.parse import urlsplit
 
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.storage.base import (
@@ -15,6 +17,7 @@ from airflow_eod.core.storage.base import (
     NotFound,
     Storage,
     UnknownOutcome,
+    UnlistableKey,
     object_lines,
     put_settled,
     settle_put,
@@ -28,6 +31,8 @@ __all__ = [
     "NotFound",
     "Storage",
     "UnknownOutcome",
+    "UnlistableKey",
+    "is_panic",
     "object_lines",
     "put_settled",
     "requests_logged",
@@ -84,11 +89,38 @@ _BACKENDS = {
 }
 
 
+# Storage options that name a URL the store's client sends requests to.
+_URL_OPTION = re.compile(r"(^|_)(ENDPOINT(_URL)?(_S3)?|BASE_URL)$")
+
+
+def _check_urls(root: str, options: tuple[tuple[str, str], ...]) -> None:
+    """Refuse an endpoint that is no ``http(s)://host`` URL before any request: obstore takes
+    it as given and panics in its first request (a ``PanicException``, which no ``except
+    Exception`` catches), naming no option. The value is not echoed (it may hold a password)."""
+    for name, value in options:
+        upper = name.upper()
+        if not _URL_OPTION.search(upper) or "_USE_" in upper:  # AZURE_USE_FABRIC_ENDPOINT: a flag
+            continue
+        text = str(value)
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018 -- raises ValueError for a port that is no number
+            ok = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            ok = False
+        if not ok or any(c.isspace() or not c.isprintable() for c in text):
+            raise ConfigurationError(
+                f"{root}: the storage option {name} is no http:// or https:// URL with a host "
+                "(a typo in the connection's host or extra?)"
+            )
+
+
 @functools.lru_cache(maxsize=64)
 def _object_storage(root: str, options: tuple[tuple[str, str], ...]) -> Storage:
     scheme = root.split("://", 1)[0]
     if scheme not in _BACKENDS:
         raise ConfigurationError(f"{root}: no storage backend serves {scheme}:// in this release")
+    _check_urls(root, options)
     module_name, class_name = _BACKENDS[scheme]
     try:
         module = importlib.import_module(f"airflow_eod.core.storage.{module_name}")
@@ -107,4 +139,14 @@ def _object_storage(root: str, options: tuple[tuple[str, str], ...]) -> Storage:
         # option, not its value (checked for every store: no secret is echoed).
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise ConfigurationError(f"{root}: the storage options are refused: {first}") from None
+    except BaseException as exc:
+        if not is_panic(exc):
+            raise
+        raise ConfigurationError(f"{root}: the storage options made the store's client fail: {exc}") from None
     return storage
+
+
+def is_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a panic of obstore's Rust code (pyo3's ``PanicException``, which
+    derives from ``BaseException``: a bad option it took as given, met at the first request)."""
+    return type(exc).__name__ == "PanicException"

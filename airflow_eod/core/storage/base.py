@@ -63,6 +63,20 @@ class UnknownOutcome(OSError):
     with :func:`settle_put` (:func:`put_settled` does), never by guessing."""
 
 
+class UnlistableKey(OSError):
+    """A listing met a key that the store's client cannot name (a control character, an empty,
+    ``.`` or ``..`` segment): obstore drops the whole page of the listing with it, so what else
+    that page held is unknown, and no listing of the prefix can get past it.
+
+    :param where: the key as a URI (``s3://bucket/key``), or the listed root when the client
+        did not say which key it was.
+    """
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        super().__init__(f"the store's client cannot list the key {where!r}")
+
+
 class BoundError(ValueError):
     """An object a reader refuses to read: larger than the reader's limit, or not a plain
     object (a symbolic link, a device, a FIFO, a directory)."""

@@ -57,7 +57,14 @@ if TYPE_CHECKING:
     from obstore.store import ObjectStore
 
 from airflow_eod.core.errors import UnsafePathError
-from airflow_eod.core.storage.base import BoundError, Head, NotFound, UnknownOutcome, check_attempt
+from airflow_eod.core.storage.base import (
+    BoundError,
+    Head,
+    NotFound,
+    UnknownOutcome,
+    UnlistableKey,
+    check_attempt,
+)
 from airflow_eod.core.storage.option_names import OptionNames
 
 # Retries of a 409 ConditionalRequestConflict or a 503 SlowDown that reach this module (after
@@ -69,6 +76,11 @@ BACKOFF_MAX = 2.0
 DELETE_BATCH = 1000
 
 _STATUS = re.compile(r"status code: (\d{3})")
+# The key in the debug form of obstore's InvalidPathError (``path: "a/b\tc.csv"``), escaped
+# as Rust escapes a string's debug form.
+_BAD_PATH = re.compile(r'path: "((?:[^"\\]|\\.)*)"')
+_RUST_ESCAPE = re.compile(r"\\(u\{[0-9a-fA-F]+\}|.)")
+_RUST_CHARS = {"t": "\t", "n": "\n", "r": "\r", "0": "\0"}
 
 # delta-rs' names of storage options (AWS_*) -> obstore's S3 configuration keys.
 S3_OPTIONS = OptionNames(
@@ -91,6 +103,20 @@ def _status(exc: BaseException) -> int | None:
     """The HTTP status in an obstore error's message, when the store answered at all."""
     found = _STATUS.search(str(exc))
     return int(found.group(1)) if found else None
+
+
+def _unlistable(exc: BaseException, root: str) -> UnlistableKey:
+    """The key that made obstore's listing fail, as a URI below ``root``'s bucket."""
+    found = _BAD_PATH.search(str(exc))
+    if found is None:
+        return UnlistableKey(root)
+
+    def char(m: re.Match[str]) -> str:
+        esc = m.group(1)
+        return chr(int(esc[2:-1], 16)) if esc.startswith("u{") else _RUST_CHARS.get(esc, esc)
+
+    bucket = "/".join(root.split("/")[:3])  # scheme://bucket
+    return UnlistableKey(f"{bucket}/{_RUST_ESCAPE.sub(char, found.group(1))}")
 
 
 def _backoff(n: int) -> None:
@@ -197,10 +223,23 @@ class ObjectStorage:
 
         Not in the :class:`~airflow_eod.core.storage.base.Storage` protocol: a landing
         directory on a store is planned from it (:mod:`airflow_eod.sources.landing_store`);
-        the table's own bytes are listed one level at a time.
+        the table's own bytes are listed one level at a time. A folder marker (an empty object
+        whose key ends in ``/``) is listed without its ``/``, which obstore drops: as ``d`` for
+        ``d/``, as ``""`` for the prefix's own; :meth:`head` of that key finds nothing.
+
+        :raises UnlistableKey: a key obstore cannot name (a control character, an empty
+            segment) is under the prefix: obstore fails the listing's whole page with it (its
+            issue 429), so the listing cannot go past it without losing the page's other keys.
         """
         directory = check_key(prefix.strip("/"), self.root, empty=True)
-        for page in obstore.list(self._store, directory + "/" if directory else None):
+        pages = obstore.list(self._store, directory + "/" if directory else None)
+        while True:
+            try:
+                page = next(pages)
+            except StopIteration:
+                return
+            except obstore.exceptions.InvalidPathError as exc:
+                raise _unlistable(exc, self.root) from None
             self._count("ListObjectsV2")
             for meta in page:
                 key = meta["path"]
