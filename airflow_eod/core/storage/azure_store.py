@@ -34,7 +34,7 @@ Blobs``...), so that the counts of the two stores read side by side.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import obstore
@@ -190,20 +190,14 @@ class AzureStorage(ObjectStorage):
             return False
         return True
 
-    def delete_prefix(self, prefix: str) -> bool:
-        directory = check_key(prefix.strip("/"), self.root)
-        keys: list[str] = []
-        for page in obstore.list(self._store, directory + "/", chunk_size=5000):
-            self._count("ListObjectsV2")
-            keys += [o["path"] for o in page]
-        keys = [k for k in keys if k.startswith(directory + "/")]
-        for i in range(0, len(keys), DELETE_BATCH):
-            self._count("DeleteObjects")
-            try:
-                obstore.delete(self._store, keys[i : i + DELETE_BATCH])
-            except FileNotFoundError:
-                # Someone removed one of them meanwhile. Each delete of a batch stands on its own,
-                # but whether obstore sent the rest is not said: those left are deleted one by one.
-                for key in keys[i : i + DELETE_BATCH]:
-                    self.delete(key)
-        return bool(keys)
+    delete_batch = DELETE_BATCH
+    list_page = 5000  # Azure's List Blobs answers up to 5,000 a page
+
+    def _delete_batch(self, keys: Sequence[str]) -> None:
+        try:
+            obstore.delete(self._store, keys)
+        except FileNotFoundError:
+            # Someone removed one of them meanwhile. Each delete of a batch stands on its own,
+            # but whether obstore sent the rest is not said: those left are deleted one by one.
+            for key in keys:
+                self.delete(key)

@@ -46,7 +46,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import obstore
@@ -232,7 +232,7 @@ class ObjectStorage:
             issue 429), so the listing cannot go past it without losing the page's other keys.
         """
         directory = check_key(prefix.strip("/"), self.root, empty=True)
-        pages = obstore.list(self._store, directory + "/" if directory else None)
+        pages = obstore.list(self._store, directory + "/" if directory else None, chunk_size=self.list_page)
         while True:
             try:
                 page = next(pages)
@@ -329,17 +329,20 @@ class ObjectStorage:
         return True
 
     def delete_prefix(self, prefix: str) -> bool:
-        directory = check_key(prefix.strip("/"), self.root)
-        keys: list[str] = []
-        for page in obstore.list(self._store, directory + "/", chunk_size=DELETE_BATCH):
-            self._count("ListObjectsV2")
-            keys += [o["path"] for o in page]
-        # obstore lists "d/g0-a/" by its path segments: "d/g0-ab/..." is not under it.
-        keys = [k for k in keys if k.startswith(directory + "/")]
-        for i in range(0, len(keys), DELETE_BATCH):
+        check_key(prefix.strip("/"), self.root)  # never the whole root
+        keys = [key for key, _ in self.walk(prefix)]
+        for i in range(0, len(keys), self.delete_batch):
             self._count("DeleteObjects")
-            obstore.delete(self._store, keys[i : i + DELETE_BATCH])
+            self._delete_batch(keys[i : i + self.delete_batch])
         return bool(keys)
+
+    # Objects per batch delete request (S3's DeleteObjects takes 1,000) and per listing page
+    # (S3 answers up to 1,000 keys a page).
+    delete_batch = DELETE_BATCH
+    list_page = 1000
+
+    def _delete_batch(self, keys: Sequence[str]) -> None:
+        obstore.delete(self._store, keys)
 
 
 class S3Storage(ObjectStorage):
