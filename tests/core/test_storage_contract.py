@@ -341,3 +341,12 @@ def test_local_put_private_is_0600_and_never_writes_through_a_planted_link(tmp_p
     path = tmp_path / "root" / "spec.json"
     assert path.read_bytes() == b"mine"
     assert (os.stat(path).st_mode & 0o777) == 0o600
+
+
+def test_key_of_inverts_where_and_refuses_what_lies_outside(store: Storage) -> None:
+    for key in ("a.json", "_eod/pipelines/p/batches/k/g0.id.json"):
+        assert store.key_of(store.where(key)) == key
+    outside = store.where("x")[: -len("/x")]  # the root itself
+    for where in (outside, outside + "-twin/x", outside.rsplit("/", 1)[0] + "/other/x"):
+        with pytest.raises(UnsafePathError):
+            store.key_of(where)

@@ -42,7 +42,7 @@ from airflow_eod.core.attempt import current_attempt_id
 from airflow_eod.core.batch import fingerprint, validate_pipeline_id
 from airflow_eod.core.delta.binding import bound_table_id, check_table_identity
 from airflow_eod.core.delta.table import open_table
-from airflow_eod.core.errors import PlanLogError
+from airflow_eod.core.errors import PlanLogError, UnsafePathError
 from airflow_eod.core.planlog.plan import INTERVAL, OFFSETS, PLAN_FORMAT, Plan
 from airflow_eod.core.planlog.segments import Segments
 from airflow_eod.core.storage import put_settled
@@ -122,14 +122,10 @@ class PlanLog:
 
     def key_of(self, path: str) -> str:
         """The storage key of ``path`` (a path in this table, from :meth:`_path`)."""
-        if not self.ref.is_local:
-            # The inverse of the storage's ``where`` (its root may be spelled otherwise than
-            # the table's URI: ``az://c/p`` for ``abfss://c@account.dfs.core.windows.net/p``).
-            root = self.storage.where("k")[:-1]
-            if not path.startswith(root):
-                raise PlanLogError(f"plan-log entry {path} is outside the table {self.table_path}")
-            return path[len(root) :]
-        return os.path.relpath(path, self.table_path).replace(os.sep, "/")
+        try:
+            return self.storage.key_of(path)
+        except UnsafePathError:
+            raise PlanLogError(f"plan-log entry {path} is outside the table {self.table_path}") from None
 
     def _check_target(self) -> None:
         """Refuse to write beside a directory that is neither a Delta table nor empty: a

@@ -110,6 +110,13 @@ class Storage(Protocol):
         read the object themselves."""
         ...
 
+    def key_of(self, where: str) -> str:
+        """The key whose location (:meth:`where`) is ``where``: its inverse.
+
+        :raises UnsafePathError: when ``where`` is not below this storage's root.
+        """
+        ...
+
     def get(self, key: str, *, limit: int | None = None) -> bytes:
         """The bytes of the object at ``key``.
 

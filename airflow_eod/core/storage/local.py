@@ -44,6 +44,12 @@ class LocalStorage:
     def where(self, key: str) -> str:
         return self._path(key)
 
+    def key_of(self, where: str) -> str:
+        rel = os.path.relpath(where, self.root)
+        if rel == "." or rel.startswith(".." + os.sep) or rel == ".." or os.path.isabs(rel):
+            raise UnsafePathError(None, f"{where} is not below {self.root}")
+        return rel.replace(os.sep, "/")
+
     def _path(self, key: str, *, last: bool = True) -> str:
         """The path of ``key``, refused when a segment could climb or a link on the way
         leads out of the root.

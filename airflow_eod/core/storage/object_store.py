@@ -167,6 +167,12 @@ class ObjectStorage:
     def where(self, key: str) -> str:
         return f"{self.root}/{key}"
 
+    def key_of(self, where: str) -> str:
+        # The root as this storage spells it: az://c/p for abfss://c@account.dfs.core.windows.net/p.
+        if not where.startswith(self.root + "/") or where == self.root + "/":
+            raise UnsafePathError(None, f"{where} is not below {self.root}")
+        return where[len(self.root) + 1 :]
+
     # -- reading -------------------------------------------------------------------
     def get(self, key: str, *, limit: int | None = None) -> bytes:
         check_key(key, self.root)
