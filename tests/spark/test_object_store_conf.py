@@ -172,3 +172,15 @@ def test_apply_sets_every_key_with_secrets_revealed_on_the_sessions_hadoop_conf(
     apply_to_session(session, conf)
     assert hadoop == dict(conf.revealed())
     assert hadoop["fs.s3a.bucket.lake.secret.key"] == "s3cr3t-value"
+
+
+def test_spark_does_not_write_to_gcs_and_says_so_before_touching_spark() -> None:
+    """hadoop-gcp (Hadoop 3.5's gs:// connector) takes no other endpoint, so its writes cannot
+    be tested against an emulator here: the staging step refuses gs:// by name."""
+    from airflow_eod.core.errors import ConfigurationError
+    from airflow_eod.core.table_ref import TableRef
+    from airflow_eod.spark.staging import spark_uri
+
+    ref = TableRef.parse("gs://bucket/t", {"GOOGLE_SERVICE_ACCOUNT": "/nonexistent.json"})
+    with pytest.raises(ConfigurationError, match=r"Spark does not write to gs://"):
+        spark_uri(None, ref, "gs://bucket/t/eod_data/x")  # type: ignore[arg-type]
