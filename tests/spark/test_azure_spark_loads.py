@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.objectstore, pytest.mark.faults]
 
 
 @pytest.fixture
-def az_table(azure_server: Any, spark: Any) -> TableRef:
+def az_table(azure_server: Any, spark: Any) -> Iterator[TableRef]:
     from tests.support.spark_conf import ABFS_JARS_ENV, find_abfs_jars
 
     why = find_abfs_jars()
@@ -37,7 +38,15 @@ def az_table(azure_server: Any, spark: Any) -> TableRef:
             pytest.fail(why)
         pytest.skip(why)
     uri = f"az://{azure_server.container}/loads/{uuid.uuid4().hex}/orders"
-    return TableRef.parse(uri, azure_server.options())
+    yield TableRef.parse(uri, azure_server.options())
+    # Close Hadoop's cached ABFS client while Azurite still runs: left open, the JVM closes it
+    # at exit, after the emulator has stopped ("ShutdownHook 'ClientFinalizer' timeout"), and
+    # was seen to outlive the test process by minutes.
+    jvm = spark.sparkContext._jvm
+    account = f"abfs://{azure_server.container}@{azure_server.account}.dfs.core.windows.net/"
+    jvm.org.apache.hadoop.fs.FileSystem.get(
+        jvm.java.net.URI(account), spark.sparkContext._jsc.hadoopConfiguration()
+    ).close()
 
 
 def _history(ref: TableRef) -> int:
