@@ -91,12 +91,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from airflow_eod.spark.session import get_session
-    from tests.support.spark_conf import find_s3a_jars, session_conf
+    from tests.support.spark_conf import find_abfs_jars, find_s3a_jars, session_conf
 
-    # One session serves every tier, so every jar a test needs goes in at start (the s3a
-    # jars where they are cached: tests/spark/test_s3a_write.py skips, saying why, if not).
+    # One session serves every tier, so every jar a test needs goes in at start (the s3a and
+    # abfs jars where they are cached: the tests that need them skip, saying why, if not).
     find_s3a_jars()
-    session = get_session(conf=session_conf(POSTGRES_JDBC_JAR, s3a=True))
+    find_abfs_jars()
+    session = get_session(conf=session_conf(POSTGRES_JDBC_JAR, s3a=True, abfs=True))
     yield session
     session.stop()
 

@@ -15,13 +15,20 @@ credentials are the session's, one set per session.
 Secrets are held as :class:`Secret`, whose ``repr`` and ``str`` are masked, so that a logged
 :class:`HadoopStoreConf` never shows them; only :func:`apply_to_session` reveals them, to the
 JVM. An option that would send the bytes somewhere this module cannot express (an Azure
-emulator, a Google endpoint) is refused rather than ignored: ignoring it would write to the
-public cloud instead.
+endpoint over TLS, a Google endpoint) is refused rather than ignored: ignoring it would write
+to the public cloud instead.
+
+An Azure emulator (Azurite: ``AZURE_STORAGE_ENDPOINT=http://host:port/<account>`` or
+``AZURE_STORAGE_USE_EMULATOR``) is reached through Hadoop 3.5's ABFS driver on the Blob
+endpoint (``fs.azure.fns.account.service.type=BLOB``, the driver of flat-namespace accounts
+since the WASB driver was removed) with its emulator override ``fs.azure.abfs.endpoint``
+(``host:port``, path-style URLs ``http://host:port/<account>/<container>/...``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,13 +37,10 @@ from urllib.parse import urlsplit
 MASK = "***"
 _DFS = "dfs.core.windows.net"
 _TRUE = {"true", "1", "yes", "on"}
-# Options that send Azure requests somewhere other than *.dfs.core.windows.net.
-_AZURE_ELSEWHERE = (
-    "AZURE_STORAGE_USE_EMULATOR",
-    "AZURE_USE_EMULATOR",
-    "AZURE_ENDPOINT",
-    "AZURE_STORAGE_ENDPOINT",
-)
+# Azurite's one account and its key, published by Microsoft (not a secret): object_store
+# takes them when AZURE_STORAGE_USE_EMULATOR is set and no account is named, and so does this.
+EMULATOR_ACCOUNT = "devstoreaccount1"
+EMULATOR_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
 class Secret:
@@ -167,25 +171,63 @@ def _s3(bucket: str, path: str, opts: Mapping[str, str]) -> HadoopStoreConf:
     return HadoopStoreConf(f"s3a://{bucket}{path}", settings, secrets)
 
 
+def _azure_emulator(opts: Mapping[str, str]) -> str | None:
+    """The emulator's ``http://host:port[/account]`` the options name, or ``None`` for Azure."""
+    endpoint = _first(opts, "AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT")
+    if endpoint:
+        return endpoint
+    use = _first(opts, "AZURE_STORAGE_USE_EMULATOR", "AZURE_USE_EMULATOR", "USE_EMULATOR") or ""
+    if use.lower() in _TRUE:
+        # object_store's default: the AZURITE_BLOB_STORAGE_URL of the process, else Azurite's port.
+        return os.environ.get("AZURITE_BLOB_STORAGE_URL") or "http://127.0.0.1:10000"
+    return None
+
+
 def _azure(scheme: str, netloc: str, path: str, opts: Mapping[str, str]) -> HadoopStoreConf:
-    for name in _AZURE_ELSEWHERE:
-        if opts.get(name) and opts[name].lower() not in ("false", "0"):
-            raise ValueError(
-                f"{name}: Hadoop's ABFS connector reaches only *.{_DFS} (Azurite serves no "
-                "ADLS Gen2 endpoint), so Spark cannot write there; this option is refused, not ignored"
-            )
+    emulator = _azure_emulator(opts)
     container, _, host = netloc.partition("@")
     if host:
         account = host.split(".", 1)[0]
     else:
         account = _first(opts, "AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT", "ACCOUNT_NAME") or ""
+    settings: dict[str, str] = {}
+    if emulator:
+        ep = urlsplit(emulator)
+        named = ep.path.strip("/")
+        if ep.scheme != "http" or not ep.hostname or not ep.port or "/" in named:
+            raise ValueError(
+                f"endpoint {emulator!r}: Hadoop's ABFS driver takes another endpoint only as an "
+                "emulator's, http://<host>:<port>[/<account>] (path style, no TLS); this one is "
+                "refused, not ignored"
+            )
+        account = account or named or EMULATOR_ACCOUNT
+        if named and named != account:
+            raise ValueError(f"endpoint {emulator!r} names the account {named!r}, the table {account!r}")
+        opts = {"AZURE_STORAGE_ACCOUNT_KEY": EMULATOR_KEY, **opts} if account == EMULATOR_ACCOUNT else opts
+        fqdn = f"{account}.{_DFS}"
+        settings.update(
+            {
+                # Path-style http://host:port/<account>/<container>/<path> instead of the host.
+                f"fs.azure.abfs.endpoint.{fqdn}": f"{ep.hostname}:{ep.port}",
+                # Azurite serves the Blob API only: a flat namespace through the Blob endpoint.
+                f"fs.azure.account.hns.enabled.{fqdn}": "false",
+                f"fs.azure.fns.account.service.type.{fqdn}": "BLOB",
+                # The Apache HTTP client ABFS picks by default wants a TLS socket factory even
+                # for http:// ("SSL socket factory may not be null"); the JDK's does not.
+                f"fs.azure.networking.library.{fqdn}": "JDK_HTTP_URL_CONNECTION",
+                # Read for the whole session, not per account (a per-account key was ignored
+                # and the driver spoke TLS to the http port): abfs:// then means http, as its
+                # scheme says; abfss:// keeps TLS, and tables on Azure itself are abfss://.
+                "fs.azure.always.use.https": "false",
+            }
+        )
+        scheme = "abfs"
     if not container or not account:
         raise ValueError(
             f"an Azure URI needs a container and an account: {scheme}://<container>/<path> with "
             f"AZURE_STORAGE_ACCOUNT_NAME, or abfss://<container>@<account>.{_DFS}/<path>"
         )
     fqdn = f"{account}.{_DFS}"
-    settings: dict[str, str] = {}
     secrets: dict[str, Secret] = {}
     key = _first(opts, "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_ACCESS_KEY", "ACCESS_KEY", "ACCOUNT_KEY")
     sas = _first(opts, "AZURE_STORAGE_SAS_KEY", "AZURE_STORAGE_SAS_TOKEN", "SAS_KEY", "SAS_TOKEN")

@@ -75,9 +75,9 @@ def spark_uri(df: DataFrame, ref: TableRef, location: str) -> str:
     the store's settings (from the reference's storage options) set on the session first."""
     if ref.is_local:
         return f"file://{location}"
-    if ref.scheme != "s3":
-        # Azurite has no ADLS Gen2 endpoint and Hadoop's GCS connector did not start against
-        # the emulator: Spark's writes to them are untested, so not offered (docs/object-stores.md).
+    if ref.scheme == "gs":
+        # Hadoop 3.5's GCS connector has no setting for another endpoint, so Spark's writes to
+        # gs:// cannot be tested against an emulator here: not offered (docs/object-stores.md).
         raise ConfigurationError(f"{ref}: Spark does not write to {ref.scheme}:// in this release")
     from airflow_eod.spark.object_store_conf import prepare_session
 
@@ -111,7 +111,10 @@ def _stored_files(ref: TableRef, rel_dir: str, label: str) -> list[StagedFile]:
     folders = [rel_dir]
     while folders:
         folder = folders.pop()
-        for name in store.list(folder):
+        # A set: on Azure's Blob endpoint Hadoop leaves an empty marker object per folder,
+        # so a partition folder is listed twice (the marker and the prefix), and would be
+        # walked, and its files staged, twice.
+        for name in sorted(set(store.list(folder))):
             key = f"{folder}/{name}"
             if not name.endswith(".parquet"):
                 if "=" in name and not name.startswith(("_", ".")):

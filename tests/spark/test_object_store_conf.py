@@ -100,11 +100,38 @@ def test_azure_client_secret_and_sas() -> None:
     assert sas.secrets == {f"fs.azure.sas.fixed.token.{fqdn}": Secret("sv=1&sig=x")}
 
 
-def test_azure_emulator_and_missing_account_are_refused_not_ignored() -> None:
-    with pytest.raises(ValueError, match="AZURE_STORAGE_USE_EMULATOR"):
-        hadoop_store_conf(
-            "az://c/t", {"AZURE_STORAGE_ACCOUNT_NAME": "a", "AZURE_STORAGE_USE_EMULATOR": "true"}
-        )
+def test_an_azure_emulator_is_reached_by_abfs_on_the_blob_endpoint_path_style() -> None:
+    fqdn = "devstoreaccount1.dfs.core.windows.net"
+    conf = hadoop_store_conf(
+        "az://c/t",
+        {
+            "AZURE_STORAGE_ENDPOINT": "http://127.0.0.1:10042/devstoreaccount1",
+            "AZURE_STORAGE_ACCOUNT_KEY": "k",
+        },
+    )
+    assert conf.uri == f"abfs://c@{fqdn}/t"  # http, as the emulator serves it
+    assert conf.settings[f"fs.azure.abfs.endpoint.{fqdn}"] == "127.0.0.1:10042"
+    assert conf.settings[f"fs.azure.fns.account.service.type.{fqdn}"] == "BLOB"
+    assert conf.settings[f"fs.azure.account.hns.enabled.{fqdn}"] == "false"
+    assert conf.settings["fs.azure.always.use.https"] == "false"
+    assert conf.secrets == {f"fs.azure.account.key.{fqdn}": Secret("k")}
+    # USE_EMULATOR alone: Azurite's port and its published account and key, as object_store.
+    used = hadoop_store_conf("az://c/t", {"azure_storage_use_emulator": "true"})
+    assert used.settings[f"fs.azure.abfs.endpoint.{fqdn}"] == "127.0.0.1:10000"
+    assert f"fs.azure.account.key.{fqdn}" in used.secrets
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["https://127.0.0.1:10000/devstoreaccount1", "http://myproxy/a", "http://h:1/a/b"]
+)
+def test_an_azure_endpoint_abfs_cannot_take_is_refused_not_ignored(endpoint: str) -> None:
+    with pytest.raises(ValueError, match="refused, not ignored"):
+        hadoop_store_conf("az://c/t", {"AZURE_STORAGE_ACCOUNT_NAME": "a", "AZURE_STORAGE_ENDPOINT": endpoint})
+
+
+def test_an_azure_endpoint_of_another_account_and_a_missing_account_are_refused() -> None:
+    with pytest.raises(ValueError, match="names the account 'b'"):
+        hadoop_store_conf("az://c/t", {"AZURE_STORAGE_ACCOUNT_NAME": "a", "AZURE_ENDPOINT": "http://h:1/b"})
     with pytest.raises(ValueError, match="container and an account"):
         hadoop_store_conf("az://c/t", {})
 
@@ -145,3 +172,15 @@ def test_apply_sets_every_key_with_secrets_revealed_on_the_sessions_hadoop_conf(
     apply_to_session(session, conf)
     assert hadoop == dict(conf.revealed())
     assert hadoop["fs.s3a.bucket.lake.secret.key"] == "s3cr3t-value"
+
+
+def test_spark_does_not_write_to_gcs_and_says_so_before_touching_spark() -> None:
+    """hadoop-gcp (Hadoop 3.5's gs:// connector) takes no other endpoint, so its writes cannot
+    be tested against an emulator here: the staging step refuses gs:// by name."""
+    from airflow_eod.core.errors import ConfigurationError
+    from airflow_eod.core.table_ref import TableRef
+    from airflow_eod.spark.staging import spark_uri
+
+    ref = TableRef.parse("gs://bucket/t", {"GOOGLE_SERVICE_ACCOUNT": "/nonexistent.json"})
+    with pytest.raises(ConfigurationError, match=r"Spark does not write to gs://"):
+        spark_uri(None, ref, "gs://bucket/t/eod_data/x")  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ from airflow_eod.spark.session import DELTA_SPARK_CONF
 
 DELTA_SPARK_JARS_ENV = "EOD_DELTA_SPARK_JARS"
 S3A_JARS_ENV = "EOD_S3A_JARS"
+ABFS_JARS_ENV = "EOD_ABFS_JARS"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
 
 
@@ -22,32 +23,43 @@ def delta_spark_conf() -> dict[str, str]:
     return {"spark.jars": jars, **DELTA_SPARK_CONF, **small} if jars else {}
 
 
-def find_s3a_jars() -> str | None:
-    """Why Spark cannot write ``s3a://`` in the tests, or ``None`` when it can.
-
-    EOD_S3A_JARS names the jars (hadoop-aws and the AWS SDK bundle); otherwise the ones ``make
-    test`` fetched into the cache (airflow_eod/spark/cloud_jars.py) are taken and put in the
-    environment, so that every process the tests start sees the same ones.
-    """
-    if os.environ.get(S3A_JARS_ENV):
+def _find_store_jars(store: str, env: str, what: str) -> str | None:
+    """Why Spark cannot reach ``store`` in the tests, or ``None`` when it can: ``env`` names the
+    jars, else the ones ``make test`` fetched into the cache (airflow_eod/spark/cloud_jars.py)
+    are taken and put in ``env``, so that every process the tests start sees the same ones."""
+    if os.environ.get(env):
         return None
     from airflow_eod.spark.cloud_jars import object_store_jars
     from airflow_eod.spark.jars import DEFAULT_CACHE, JarFetchError, cached
 
     try:
-        paths = cached(object_store_jars("s3"))
+        paths = cached(object_store_jars(store))
     except JarFetchError as exc:
         return str(exc)
     if paths is None:
         return (
-            f"the s3a jars are not in {DEFAULT_CACHE} and {S3A_JARS_ENV} is unset: `make test` fetches "
-            "them with Maven (`python -m airflow_eod.spark.cloud_jars s3`)"
+            f"the {what} jars are not in {DEFAULT_CACHE} and {env} is unset: `make test` fetches "
+            f"them with Maven (`python -m airflow_eod.spark.cloud_jars {store}`)"
         )
-    os.environ[S3A_JARS_ENV] = ",".join(paths)
+    os.environ[env] = ",".join(paths)
     return None
 
 
-def session_conf(postgres_jar: str = POSTGRES_JDBC_JAR, *, s3a: bool = False) -> dict[str, str]:
+def find_s3a_jars() -> str | None:
+    """Why Spark cannot write ``s3a://`` in the tests (EOD_S3A_JARS: hadoop-aws and the AWS
+    SDK bundle), or ``None`` when it can."""
+    return _find_store_jars("s3", S3A_JARS_ENV, "s3a")
+
+
+def find_abfs_jars() -> str | None:
+    """Why Spark cannot write ``abfs://`` in the tests (EOD_ABFS_JARS: hadoop-azure and what it
+    loads), or ``None`` when it can."""
+    return _find_store_jars("azure", ABFS_JARS_ENV, "abfs")
+
+
+def session_conf(
+    postgres_jar: str = POSTGRES_JDBC_JAR, *, s3a: bool = False, abfs: bool = False
+) -> dict[str, str]:
     """A session's settings: the PostgreSQL JDBC driver where it is installed, and Delta
     Spark where its jars are named. Every jar goes in at start: a session takes no more.
 
@@ -56,13 +68,15 @@ def session_conf(postgres_jar: str = POSTGRES_JDBC_JAR, *, s3a: bool = False) ->
         driver's class path too. On the JVM's own class path, not ``spark.jars``: Spark copies
         each ``spark.jars`` file into the session's work folder, 690 MB for the AWS SDK
         bundle, and a local executor shares the driver's class path anyway.
+    :param abfs: put the abfs jars EOD_ABFS_JARS names (see :func:`find_abfs_jars`) there too.
     """
     conf = delta_spark_conf()
     jars = [postgres_jar] if os.path.exists(postgres_jar) else []
     jars += [j for j in conf.pop("spark.jars", "").split(",") if j]
     if jars:
         conf["spark.jars"] = ",".join(jars)
-    s3a_jars = os.environ.get(S3A_JARS_ENV, "") if s3a else ""
-    if s3a_jars:
-        conf["spark.driver.extraClassPath"] = s3a_jars.replace(",", os.pathsep)
+    class_path = [os.environ.get(env, "") for env, on in ((S3A_JARS_ENV, s3a), (ABFS_JARS_ENV, abfs)) if on]
+    jars_on_path = ",".join(j for j in class_path if j)
+    if jars_on_path:
+        conf["spark.driver.extraClassPath"] = jars_on_path.replace(",", os.pathsep)
     return conf
