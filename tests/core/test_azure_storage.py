@@ -184,9 +184,20 @@ def test_delete_prefix_sends_batches_of_256(store: Any) -> None:
     store.put("b2/kept", b"1")
     store.requests.clear()
     assert store.delete_prefix("b") is True
-    assert store.requests == {"ListObjectsV2": 1, "DeleteObjects": 2}
+    assert store.requests == {"ListObjectsV2": 1, "DeleteObjects": 2, "DeleteObject": 1}
     assert store.list("") == ["b2"]
     assert store.delete_prefix("b") is False
+
+
+@pytest.mark.objectstore
+def test_delete_prefix_removes_the_folders_own_marker_blob(store: Any) -> None:
+    """Hadoop's ABFS driver on a Blob endpoint marks a folder it makes with an empty blob of
+    the folder's name: the attempt folder's marker goes with the attempt."""
+    store.put("eod_data/p/k/g0-a", b"")
+    store.put("eod_data/p/k/g0-a/part-0.parquet", b"1")
+    store.put("eod_data/p/k/g0-ab", b"")  # another attempt's marker: kept
+    assert store.delete_prefix("eod_data/p/k/g0-a") is True
+    assert store.list("eod_data/p/k") == ["g0-ab"]
 
 
 @pytest.mark.objectstore
@@ -245,7 +256,8 @@ def test_requests_per_contract_operation(store: Any) -> None:
     assert table["head"] == {"HeadObject": 1}
     assert table["list"] == {"ListObjectsV2": 1}
     assert table["delete"] == table["delete (nothing there)"] == {"DeleteObject": 1}
-    assert table["delete_prefix (1 object)"] == {"ListObjectsV2": 1, "DeleteObjects": 1}
+    # And one DeleteObject: the folder's own marker blob, which Hadoop's ABFS driver leaves.
+    assert table["delete_prefix (1 object)"] == {"ListObjectsV2": 1, "DeleteObjects": 1, "DeleteObject": 1}
 
 
 # -- URLs and options: no server needed ----------------------------------------------------

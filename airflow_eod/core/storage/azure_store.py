@@ -193,6 +193,12 @@ class AzureStorage(ObjectStorage):
     delete_batch = DELETE_BATCH
     list_page = 5000  # Azure's List Blobs answers up to 5,000 a page
 
+    def delete_prefix(self, prefix: str) -> bool:
+        below = super().delete_prefix(prefix)
+        # Hadoop's ABFS driver on a Blob endpoint marks each folder it makes with an empty blob
+        # named like the folder (``d`` for ``d/...``): Spark's staging leaves one per attempt.
+        return self.delete(prefix.strip("/")) or below
+
     def _delete_batch(self, keys: Sequence[str]) -> None:
         try:
             obstore.delete(self._store, keys)
