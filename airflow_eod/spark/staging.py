@@ -84,18 +84,29 @@ def spark_uri(df: DataFrame, ref: TableRef, location: str) -> str:
     return prepare_session(df.sparkSession, location, ref.storage_options, f"table {ref}")
 
 
+def _plain_store_keys(ref: TableRef, rel_dir: str) -> None:
+    """The store's :func:`_ascii_partition_dirs`: a store has no folders to rename, so each
+    object below a partition folder whose name is not plain ASCII moves to the plain spelling
+    (a copy and a delete; the attempt's folder is its own until the commit)."""
+    from airflow_eod.core.storage.object_store import ObjectStorage
+
+    store = ref.storage()
+    if not isinstance(store, ObjectStorage):
+        raise TypeError(f"{ref} is not on an object store")
+    for key, _head in list(store.walk(rel_dir)):
+        segs = key[len(rel_dir) + 1 :].split("/")
+        plain = [quote(s, safe="=%") if "=" in s and not _PLAIN.fullmatch(s) else s for s in segs]
+        if plain != segs:
+            store.rename(key, "/".join([rel_dir, *plain]))
+
+
 def _partition_values(segments: list[str], label: str) -> dict[str, str | None]:
     parts: dict[str, str | None] = {}
     for seg in segments:
         if "=" in seg:
-            if not _PLAIN.fullmatch(seg):
-                # A store has no rename: the folder cannot be given deltalake's spelling (see
-                # _ascii_partition_dirs), so the batch is refused and its files removed.
-                raise BatchRefusedError(
-                    label,
-                    f"the partition folder {seg!r} is not plain ASCII; on an object store the "
-                    "partition values must be ASCII letters, digits and ._- . Nothing was committed",
-                )
+            if not _PLAIN.fullmatch(seg):  # _plain_store_keys moved them all; someone else wrote here
+                why = f"the partition folder {seg!r} is not plain ASCII after staging; nothing was committed"
+                raise BatchRefusedError(label, why)
             col, _, raw = seg.partition("=")
             value = unquote(raw)
             parts[unquote(col)] = None if value == _HIVE_NULL else value
@@ -153,6 +164,8 @@ def stage_dataframe(
         writer = writer.partitionBy(*partition_by)
     if not ref.is_local:
         writer.save(spark_uri(df, ref, out))
+        if partition_by:
+            _plain_store_keys(ref, rel_dir)
         stored = _stored_files(ref, rel_dir, batch.label)
         return StagedBatch(df.schema.json(), list(partition_by), rel_dir, stored)
     writer.save(f"file://{out}")

@@ -213,24 +213,31 @@ def test_jdbc_batches_into_s3_survive_a_crash_and_follow_the_key_frontier(
     assert _history(s3_table) == 2 and audit_table(s3_table).ok
 
 
-def test_a_partition_value_that_is_not_plain_ascii_is_refused_on_a_store_and_nothing_is_left(
+def test_odd_partition_values_are_staged_under_plain_ascii_keys_on_a_store(
     spark: Any, landing: str, s3_table: TableRef
 ) -> None:
     """On a file system the partition folder is renamed to the spelling every Delta writer
-    reads alike (``customer=%E6%97%A5``); a store has no rename, so the batch is refused by
-    name, nothing is committed, and the attempt's objects are removed."""
-    from airflow_eod.core.errors import BatchRefusedError
-
+    reads alike (``customer=%E6%97%A5``); on a store each staged object moves to that key (a
+    copy and a delete), and the table reads back the values themselves."""
+    values = ["日本", "ü ß", "a%b", "a+b", "k=v", "plain"]
     with open(f"{landing}/orders-odd.csv", "w") as fh:
         fh.write("order_id,customer,amount,order_date,ordered_at\n")
-        fh.write("1,日本,1.00,2026-11-01,2026-11-01T00:00:00.000000Z\n")
+        for i, v in enumerate(values):
+            fh.write(f"{i},{v},1.00,2026-11-01,2026-11-01T00:00:00.000000Z\n")
     source = orders_source(landing)
     plan = plan_for(source, s3_table)  # type: ignore[arg-type]
-    with pytest.raises(BatchRefusedError, match="not plain ASCII") as err:
-        run_load(spark, spec_for(source, s3_table, plan, partition_by=["customer"]))  # type: ignore[arg-type]
-    assert plan.batch_key in str(err.value)
-    assert not ask(s3_table, plan.key).committed
-    assert not s3_table.storage().has_prefix(f"eod_data/{plan.pipeline_id}/{plan.batch_key}")
+    result = run_load(spark, spec_for(source, s3_table, plan, partition_by=["customer"]))  # type: ignore[arg-type]
+    assert result.outcome == "committed" and result.rows == len(values)
+    dt = DeltaTable(s3_table.location, storage_options=s3_table.storage_options)
+    adds = dt.get_add_actions(flatten=True).to_pylist()
+    assert all(a["path"].isascii() and " " not in a["path"] for a in adds), [a["path"] for a in adds]
+    assert sorted(a["partition.customer"] for a in adds) == sorted(values)
+    store = s3_table.storage()
+    staged = [k for k, _ in store.walk("eod_data")]  # type: ignore[attr-defined]
+    assert staged and all(k.isascii() and " " not in k for k in staged), staged  # nothing at odd keys
+    cmp = check(s3_table, landing)  # type: ignore[arg-type]
+    assert cmp.exact and cmp.table_rows == len(values), cmp.describe()
+    assert audit_table(s3_table).ok
 
 
 def test_a_store_whose_connector_is_not_on_the_class_path_is_refused_naming_the_fix(spark: Any) -> None:

@@ -334,6 +334,17 @@ class ObjectStorage:
         obstore.delete(self._store, key)
         return True
 
+    def rename(self, src: str, dst: str) -> None:
+        """Move the object at ``src`` to ``dst`` (overwritten if there): a store has no rename,
+        so a copy and a delete (two requests). Not in the
+        :class:`~airflow_eod.core.storage.base.Storage` protocol: for objects no one else
+        writes (an attempt's staged files)."""
+        check_key(src, self.root)
+        check_key(dst, self.root)
+        self._count("CopyObject")
+        self._count("DeleteObject")
+        obstore.rename(self._store, src, dst, overwrite=True)
+
     def delete_prefix(self, prefix: str) -> bool:
         check_key(prefix.strip("/"), self.root)  # never the whole root
         keys = [key for key, _ in self.walk(prefix)]
