@@ -229,3 +229,37 @@ def test_a_submitted_load_into_s3_commits_and_its_secret_is_in_no_spec_command_l
     assert "spark.executor.extraClassPath" in command[0] and "hadoop-aws" in command[0]
     assert "EOD_RESULT " in log, "the driver's output reaches the task log"
     assert secret not in log, "the storage secret is in the task log"
+
+
+@pytest.mark.spark
+@pytest.mark.cluster
+@pytest.mark.objectstore
+@pytest.mark.faults
+def test_a_driver_killed_between_staging_and_commit_on_s3_is_retried_into_one_commit(
+    s3_submit: TableRef, landing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver (SIGKILLed by the fault point its environment carries) dies with its files
+    staged on S3: the task asks the table, which does not hold the batch, and fails; the
+    retry submits again and commits once; the dead attempt's objects and spec are gone."""
+    from airflow_eod.core.errors import BatchError
+
+    table = s3_submit
+    write_order_files(landing, 2, 15)
+    # The client-mode driver is a child of spark-submit: the task's environment reaches it.
+    monkeypatch.setenv("EOD_FAULTPOINTS", "after_stage=kill")
+    with pytest.raises(BatchError) as failed:
+        _op(table, landing, "s3sub.killed").execute(_context("run-1", 1))
+    monkeypatch.delenv("EOD_FAULTPOINTS")
+    assert failed.value.retryable, failed.value
+    store = table.storage()
+    assert not store.has_prefix("_delta_log"), "the killed driver committed nothing"
+    assert store.has_prefix("eod_data"), "it died with its files staged on S3"
+    again = _op(table, landing, "s3sub.killed").execute(_context("run-1", 2))
+    assert (again["outcome"], again["rows"]) == (COMMITTED, 30), again
+    assert _commits(table) == 1
+    cmp = check(table, landing)  # type: ignore[arg-type]
+    assert cmp.exact and cmp.table_rows == 30, cmp.describe()
+    batch = f"eod_data/s3sub.killed/{again['batch_key']}"
+    attempts = [n for n in store.list(batch) if store.has_prefix(f"{batch}/{n}")]
+    assert len(attempts) == 1, f"the killed attempt's staged objects are removed: {attempts}"
+    assert store.list("_eod/specs") == []
