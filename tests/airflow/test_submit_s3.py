@@ -90,6 +90,25 @@ def test_a_spec_on_a_store_and_its_error_file_are_reached_through_the_tables_sto
     assert local_key == "_eod/specs/abc-g0-x.json" and local.where(local_key).startswith("/lake/t/")
 
 
+@pytest.mark.objectstore
+def test_a_spec_and_a_drivers_error_on_s3_cross_through_the_storage_seam(s3_server: Any) -> None:
+    """The task writes the spec beside the table on S3; the driver reads it back with the
+    options and leaves its error beside it; the task takes both (and removes them)."""
+    from airflow_eod.core.batch import BatchKey
+    from airflow_eod.core.errors import BatchError
+    from airflow_eod.core.spec_files import take_spec_files, write_spec
+
+    table = TableRef.parse(f"s3://{s3_server.bucket}/submit/{uuid.uuid4().hex}/orders", s3_server.options())
+    batch = BatchKey("s3sub.seam", "b-1")
+    path = write_spec(table, batch, 0, "attempt-1", '{"spec": 1}')
+    assert path.startswith(f"{table.location}/_eod/specs/")
+    assert driver.read_spec(path, table.storage_options) == b'{"spec": 1}'
+    driver.write_error(path, BatchError("s3sub.seam/b-1", "the cause"), None, table.storage_options)
+    error = driver.error_from(take_spec_files(table, batch, 0, "attempt-1"))
+    assert isinstance(error, BatchError) and error.cause == "the cause"
+    assert table.storage().list("_eod/specs") == []
+
+
 def test_the_driver_env_carries_the_options_as_one_masked_json_value() -> None:
     from airflow.sdk.log import _secrets_masker
 
