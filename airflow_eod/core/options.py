@@ -73,6 +73,10 @@ def is_template(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
+# The object stores (canonical table schemes) a submitted driver loads into.
+SUBMIT_STORES = ("s3",)
+
+
 def check_object_store_load(table: TableRef, *, engine: str, execution: str, quarantine: str | None) -> None:
     """What a load into a table on an object store does not do in this release, refused before
     anything is planned or written (the task ends: no retry changes it), and a quarantine table
@@ -86,8 +90,10 @@ def check_object_store_load(table: TableRef, *, engine: str, execution: str, qua
         # Delta Spark commits to S3 through a log store that is safe for one driver only
         # (S3SingleDriverLogStore): two racing attempts could both commit.
         why = f"engine={engine!r} (use engine='delta-rs', which commits with the store's conditional put)"
-    elif execution != "local":
-        why = f"execution={execution!r} (the driver would need the store's credentials; use 'local')"
+    elif execution != "local" and table.scheme not in SUBMIT_STORES:
+        # A submitted driver gets the table's storage options in its environment and writes
+        # over s3a; Spark's writes to Azure and GCS are not supported yet (docs/object-stores.md).
+        why = f"execution={execution!r} (a submitted driver writes to S3 only in this release; use 'local')"
     if why:
         raise ConfigurationError(
             f"table {table} is on an object store: this release does not load into one with {why}"

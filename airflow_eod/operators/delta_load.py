@@ -231,14 +231,13 @@ class BaseDeltaLoadOperator(BaseOperator):
         operator adds its landing prefix's)."""
         return [] if table.is_local else [table.scheme]
 
-    def _local_conf(self, table: TableRef) -> dict[str, str]:
+    def _with_connectors(
+        self, conf: dict[str, str], table: TableRef, keys: tuple[str, ...]
+    ) -> dict[str, str]:
+        """``conf`` with the connector of each store the load reaches appended to the class
+        path settings ``keys`` (when the cache holds its jars)."""
         from airflow_eod.spark.cloud_jars import SCHEME_STORES, connector_class_path
-        from airflow_eod.spark.session import engine_conf
 
-        # Progress bars are for terminals: in a task log they are noise on every stage.
-        conf = {"spark.ui.showConsoleProgress": "false", **engine_conf(self.engine), **self.spark_conf}
-        if self.jars:
-            conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), self.jars]))
         # One connector per store, however many of its schemes the load reaches (s3 and s3a).
         stores: dict[str | None, str] = {}
         for scheme in self._store_schemes(table):
@@ -247,9 +246,26 @@ class BaseDeltaLoadOperator(BaseOperator):
         if any(connectors):
             # On the class path, not in spark.jars: Spark would copy the AWS SDK bundle
             # (686 MB) into its temporary folder at every start.
-            key = "spark.driver.extraClassPath"
-            conf[key] = ":".join(filter(None, [conf.get(key), *connectors]))
+            for key in keys:
+                conf[key] = ":".join(filter(None, [conf.get(key), *connectors]))
         return conf
+
+    def _local_conf(self, table: TableRef) -> dict[str, str]:
+        from airflow_eod.spark.session import engine_conf
+
+        # Progress bars are for terminals: in a task log they are noise on every stage.
+        conf = {"spark.ui.showConsoleProgress": "false", **engine_conf(self.engine), **self.spark_conf}
+        if self.jars:
+            conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), self.jars]))
+        return self._with_connectors(conf, table, ("spark.driver.extraClassPath",))
+
+    def _submit_conf(self, table: TableRef) -> dict[str, str]:
+        """``spark_conf`` with the store's connector on the driver's and the executors' class
+        path: the paths of this worker's cache, right for a cluster whose nodes share its
+        disk (or hold the jars at the same paths). On another cluster the jars must be on the
+        nodes, or passed with ``jars``/``submit_kwargs={"packages": ...}`` (docs/deployment.md)."""
+        keys = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
+        return self._with_connectors(dict(self.spark_conf), table, keys)
 
     def _settings(self, context: Any) -> LoadSettings:
         """The :class:`LoadSpec` fields this operator sets, besides the batch."""
@@ -314,7 +330,7 @@ class BaseDeltaLoadOperator(BaseOperator):
 
             target = SubmitTarget(
                 conn_id=self.spark_conn_id,
-                spark_conf=self.spark_conf,
+                spark_conf=self._submit_conf(table),
                 jars=self.jars,
                 submit_kwargs=self.submit_kwargs,
             )

@@ -4,6 +4,7 @@ then the table, not spark-submit's exit code, says what happened."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -45,6 +46,36 @@ class SubmitTarget:
     submit_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
+def driver_secrets(credentials: Credentials | None, table: TableRef) -> dict[str, str]:
+    """What a submitted driver takes from its environment, never from the spec: the source's
+    credentials, and the storage options of a table on an object store (one JSON value,
+    :data:`~airflow_eod.spark.driver.STORAGE_OPTIONS_ENV`). Every secret among them is
+    registered with Airflow's secrets masker first, and so is the JSON as a whole: a
+    command line that carries it (cluster deploy mode) is masked in the log.
+
+    :param credentials: the source's credentials, or ``None``.
+    :param table: the target table (its storage options, when it has any).
+    """
+    from airflow.sdk.log import mask_secret
+
+    from airflow_eod.hooks.object_store import SECRET_OPTIONS
+
+    secrets: dict[str, str] = {}
+    if credentials is not None:
+        mask_secret(credentials.password)
+        secrets[driver.CREDENTIALS_USER_ENV] = credentials.user
+        secrets[driver.CREDENTIALS_PASSWORD_ENV] = credentials.password
+    options = table.storage_options
+    if options:
+        for name, value in options.items():
+            if name.upper() in SECRET_OPTIONS:
+                mask_secret(value)
+        text = json.dumps(options, sort_keys=True)
+        mask_secret(text)
+        secrets[driver.STORAGE_OPTIONS_ENV] = text
+    return secrets
+
+
 class SubmitRun:
     """The ``run`` step of :func:`~airflow_eod.core.load_flow.load_batch` through
     spark-submit; made by :func:`submit_run`. :meth:`on_kill` stops the application of the
@@ -77,15 +108,7 @@ class SubmitRun:
         # Its name says whose it is: the settle step of a committed batch removes the specs a
         # SIGKILLed task left behind (airflow_eod.core.spec_files).
         spec_path = write_spec(self.table, frozen.plan.key, spec.generation, spec.attempt_id, spec.to_json())
-        secrets: dict[str, str] = {}
-        if self.credentials is not None:
-            from airflow.sdk.log import mask_secret
-
-            mask_secret(self.credentials.password)
-            secrets = {
-                driver.CREDENTIALS_USER_ENV: self.credentials.user,
-                driver.CREDENTIALS_PASSWORD_ENV: self.credentials.password,
-            }
+        secrets = driver_secrets(self.credentials, self.table)
         target = self.target
         submit = self._submit = SparkSubmit(
             conf={
@@ -102,7 +125,8 @@ class SubmitRun:
         env: dict[str, str] | None = None
         if secrets and submit.driver_on_cluster:
             # A remote driver gets them as the hook passes secrets: appMasterEnv/driverEnv
-            # settings, masked in the log (and visible to `ps` on this worker).
+            # settings, masked in the log (and visible to `ps` on this worker; the hook
+            # refuses them for a standalone master's cluster mode).
             submit.pass_to_cluster_driver(secrets)
         elif secrets:
             # A client-mode driver is a child of spark-submit: the process environment

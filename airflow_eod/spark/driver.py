@@ -2,9 +2,12 @@
 
 ``SPEC`` is a :class:`~airflow_eod.spark.load_spec.LoadSpec` as JSON, a local path (submit
 mode writes it under the target table's ``_eod/specs/``, where any driver that can write
-the table can read it). The source's credentials come from the environment
-(``EOD_SOURCE_USER``, ``EOD_SOURCE_PASSWORD``), never from the spec. The driver prints one
-``EOD_RESULT {json}`` line; the submitting operator does not trust it, it asks the table.
+the table can read it), or an object store URI (``s3://.../_eod/specs/...``), read through the
+storage seam with the table's storage options. The source's credentials
+(``EOD_SOURCE_USER``, ``EOD_SOURCE_PASSWORD``) and the table's storage options (``EOD_STORAGE_OPTIONS``,
+a JSON object of delta-rs option names) come from the environment, never from the spec. The
+driver prints one ``EOD_RESULT {json}`` line; the submitting operator does not trust it, it
+asks the table.
 """
 
 from __future__ import annotations
@@ -14,9 +17,15 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_eod.core.storage import Storage
 
 CREDENTIALS_USER_ENV = "EOD_SOURCE_USER"
 CREDENTIALS_PASSWORD_ENV = "EOD_SOURCE_PASSWORD"
+STORAGE_OPTIONS_ENV = "EOD_STORAGE_OPTIONS"
 RESULT_PREFIX = "EOD_RESULT "
 
 
@@ -48,11 +57,14 @@ def cause_of(exc: BaseException) -> str:
     return text
 
 
-def write_error(spec_path: str, exc: BaseException, batch: str | None = None) -> None:
+def write_error(
+    spec_path: str, exc: BaseException, batch: str | None = None, options: Mapping[str, str] | None = None
+) -> None:
     """Leave ``exc`` as JSON beside the spec: its type, batch and cause survive spark-submit,
     which passes on only an exit code.
 
     :param batch: the batch's label, for an error that does not name it itself.
+    :param options: the table's storage options, for a spec on an object store.
     """
     from airflow_eod.core.errors import BatchError
 
@@ -61,27 +73,72 @@ def write_error(spec_path: str, exc: BaseException, batch: str | None = None) ->
         "batch": exc.batch if isinstance(exc, BatchError) else batch,
         "cause": exc.cause if isinstance(exc, BatchError) else cause_of(exc),
     }
-    from airflow_eod.core.errors import UnsafePathError
+    try:
+        # Beside the spec, in the table's storage, 0600 as the spec is.
+        store, key = spec_storage(error_path(spec_path), options)
+        store.put(key, json.dumps(data).encode(), private=True)
+    except Exception:  # a link refused, a store that does not answer: best effort
+        pass  # the operator then reports spark-submit's own error, and the load's stays raised
+
+
+def storage_options_from_env() -> dict[str, str]:
+    """The table's storage options that the submitting task put in the driver's environment
+    (:data:`STORAGE_OPTIONS_ENV`); empty when it put none (a local table, a store's default
+    credential chain).
+
+    :raises ConfigurationError: for a value that is no JSON object of strings (named, not shown:
+        it holds secrets).
+    """
+    from airflow_eod.core.errors import ConfigurationError
+
+    text = os.environ.get(STORAGE_OPTIONS_ENV)
+    if not text:
+        return {}
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
+        raise ConfigurationError(f"{STORAGE_OPTIONS_ENV} is not a JSON object of option names to strings")
+    return {str(k): v for k, v in parsed.items()}
+
+
+def spec_storage(path: str, options: Mapping[str, str] | None = None) -> tuple[Storage, str]:
+    """The storage and key of a file of the table's ``_eod/specs/`` (a spec, or the error
+    file beside it) at ``path``: a local path or an object store URI.
+
+    A spec of a table is reached through the table's storage, whose link check starts at the
+    table root: a storage rooted at the spec's own directory never looked at ``_eod`` or
+    ``_eod/specs``, which may have become links leading out of the table while Spark ran (I11).
+    On an object store the table's storage takes its storage options (``options``).
+    """
     from airflow_eod.core.spec_files import SPECS_DIR
     from airflow_eod.core.storage import storage_at
 
-    directory, name = os.path.split(error_path(spec_path))
-    root, key = directory, name
+    specs_key = SPECS_DIR.replace(os.sep, "/")
+    if "://" in path:
+        directory, _, name = path.rpartition("/")
+        if directory.endswith("/" + specs_key):
+            return storage_at(directory[: -len(specs_key) - 1], options), f"{specs_key}/{name}"
+        return storage_at(directory, options), name
+    directory, name = os.path.split(path)
     specs = os.path.normpath(directory)
     if os.path.basename(specs) == os.path.basename(SPECS_DIR) and os.path.basename(
         os.path.dirname(specs)
     ) == os.path.dirname(SPECS_DIR):
-        # A spec of the table (``<table>/_eod/specs/``): written through the table's storage,
-        # whose link check starts at the table root. A storage rooted at the spec's own
-        # directory never looked at ``_eod`` or ``_eod/specs``, which may have become links
-        # leading out of the table while Spark ran (I11).
-        root = os.path.dirname(os.path.dirname(specs))
-        key = f"{SPECS_DIR.replace(os.sep, '/')}/{name}"
-    try:
-        # Beside the spec, in the table's storage, 0600 as the spec is.
-        storage_at(root).put(key, json.dumps(data).encode(), private=True)
-    except (OSError, UnsafePathError):
-        pass  # the operator then reports spark-submit's own error
+        return storage_at(os.path.dirname(os.path.dirname(specs))), f"{specs_key}/{name}"
+    return storage_at(directory), name
+
+
+def read_spec(path: str, options: Mapping[str, str] | None = None) -> bytes:
+    """The bytes of the spec at ``path`` (bounded): a local file, or an object read through
+    the storage seam with the table's storage options."""
+    from airflow_eod.core import bounded_json
+
+    if "://" not in path:
+        return bounded_json.read_bytes(path, bounded_json.MAX_PLAN_LOG_ENTRY)
+    store, key = spec_storage(path, options)
+    return store.get(key, limit=bounded_json.MAX_PLAN_LOG_ENTRY)
 
 
 def error_from(data: bytes | None) -> Exception | None:
@@ -119,13 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Imported after logging is set up, so that imports' own log lines are formatted too.
-    from airflow_eod.core import bounded_json
     from airflow_eod.sources import Credentials
     from airflow_eod.spark.load_job import run_load
     from airflow_eod.spark.load_spec import LoadSpec
     from airflow_eod.spark.session import engine_conf, get_session
 
-    spec = LoadSpec.from_json(bounded_json.read_bytes(args.spec, bounded_json.MAX_PLAN_LOG_ENTRY).decode())
+    # The table's storage options travel in the environment, never in the spec: the spec is
+    # read with them (it lies beside the table) and they are re-attached to its table.
+    options = storage_options_from_env()
+    spec = LoadSpec.from_json(read_spec(args.spec, options).decode(), options)
     user = os.environ.get(CREDENTIALS_USER_ENV)
     creds = Credentials(user, os.environ.get(CREDENTIALS_PASSWORD_ENV, "")) if user else None
     logging.getLogger(__name__).info(
@@ -139,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         session = get_session(submitted=not args.local, conf=engine_conf(spec.settings.engine))
         result = run_load(session, spec, credentials=creds)
     except Exception as exc:
-        write_error(args.spec, exc, spec.plan.key.label)
+        write_error(args.spec, exc, spec.plan.key.label, options)
         raise
     text = json.dumps(result.to_dict(), sort_keys=True)
     if args.result:

@@ -128,13 +128,19 @@ class LoadSpec:
         return json.dumps(data, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> LoadSpec:
+    def from_json(cls, text: str, storage_options: Mapping[str, str] | None = None) -> LoadSpec:
+        """The spec of ``text`` (:meth:`to_json`).
+
+        :param storage_options: the table's storage options, which the JSON never holds (a
+            submitted driver takes them from its environment): re-attached to the table, and
+            so to a quarantine table on its store (:attr:`quarantine_table`).
+        """
         # Imported here: the sources import the core, and only a driver needs this direction.
         from airflow_eod.core import bounded_json
         from airflow_eod.sources import source_from_dict
 
         data = bounded_json.loads(text)
-        data["table"] = TableRef.parse(data.pop("table_uri"))
+        data["table"] = TableRef.parse(data.pop("table_uri"), storage_options or None)
         data["plan"] = Plan(**data["plan"])
         data["source"] = source_from_dict(data["source"])
         data["settings"] = LoadSettings(
