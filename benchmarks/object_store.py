@@ -132,6 +132,26 @@ def breakdown(samples: list[Sample]) -> str:
     return ", ".join(f"{op} {count / len(samples):.1f}" for op, count in ranked)
 
 
+def grown(first: list[Sample], last: list[Sample], tolerance: float = FLAT_TOLERANCE) -> str:
+    """The S3 operations whose mean count per call grew by more than ``tolerance`` (or from
+    none) between two checkpoints' samples (``ListObjectsV2 9.1 -> 27.0``): where a total that
+    reads as flat still hides a part that grows with the history."""
+
+    def means(samples: list[Sample]) -> dict[str, float]:
+        total: Counter[str] = Counter()
+        for sample in samples:
+            total.update(sample.requests)
+        return {op: count / len(samples) for op, count in total.items()} if samples else {}
+
+    before, after = means(first), means(last)
+    parts = [
+        f"{op} {before.get(op, 0.0):.1f} -> {count:.1f}"
+        for op, count in sorted(after.items())
+        if count > before.get(op, 0.0) * tolerance and count - before.get(op, 0.0) >= 0.5
+    ]
+    return ", ".join(parts)
+
+
 def _measure_window(history: StoreHistory, cp: Checkpoint, batches: int) -> None:
     ref = history.ref
     landing = storage_at(history.store_source.root, history.options)
@@ -265,8 +285,12 @@ def rows_of(checkpoints: list[Checkpoint]) -> list[Row]:
                     )
                 )
     for what in OPERATIONS:
-        counts = {cp.n: float(_p50_requests(cp.samples[what])) for cp in checkpoints if cp.samples.get(what)}
+        measured = [cp for cp in checkpoints if cp.samples.get(what)]
+        counts = {cp.n: float(_p50_requests(cp.samples[what])) for cp in measured}
         ratio, words = flatness(counts)
+        parts = grown(measured[0].samples[what], measured[-1].samples[what]) if len(measured) > 1 else ""
+        if parts:
+            words += f"; growing part: {parts}"
         status = "" if ratio is None else ("PASS" if ratio <= FLAT_TOLERANCE else "MISS")
         out.append(
             Row(

@@ -5,7 +5,7 @@ load contenders and the builder's stand-in listing."""
 from __future__ import annotations
 
 from benchmarks.common import AREAS, Settings
-from benchmarks.object_store import FLAT_TOLERANCE, Checkpoint, Sample, breakdown, flatness, rows_of
+from benchmarks.object_store import FLAT_TOLERANCE, Checkpoint, Sample, breakdown, flatness, grown, rows_of
 from benchmarks.store_history import _Arrived, landing_name
 from benchmarks.store_load import contenders, rotation
 
@@ -30,6 +30,19 @@ def test_breakdown_is_the_mean_per_operation_largest_first() -> None:
     assert samples[0].total == 4
 
 
+def test_grown_names_the_operations_that_grew_even_under_a_flat_total() -> None:
+    first = [
+        Sample(0.1, {"GetObject": 60, "ListObjectsV2": 9}),
+        Sample(0.1, {"GetObject": 60, "ListObjectsV2": 9}),
+    ]
+    last = [
+        Sample(0.1, {"GetObject": 58, "ListObjectsV2": 27, "DeleteObjects": 1}),
+        Sample(0.1, {"GetObject": 58}),
+    ]
+    assert grown(first, last) == "DeleteObjects 0.0 -> 0.5, ListObjectsV2 9.0 -> 13.5"
+    assert grown(first, first) == ""
+
+
 def _checkpoint(n: int, ask_requests: int, answered: int | None = None) -> Checkpoint:
     cp = Checkpoint(n, answered=n if answered is None else answered)
     cp.samples["ask, oldest batch"] = [Sample(0.01, {"GetObject": ask_requests})] * 3
@@ -45,7 +58,11 @@ def test_rows_give_ratios_against_the_first_checkpoint_and_a_flatness_verdict() 
     later = rows["ask, oldest batch: requests, p50, 1,000 batches"]
     assert (later.value, later.ratio, later.unit) == (30, 3.0, "requests")
     assert "GetObject 30.0" in later.note
-    assert rows["ask, oldest batch: requests flat from the first to the largest history"].status == "MISS"
+    grew = rows["ask, oldest batch: requests flat from the first to the largest history"]
+    assert (
+        grew.status == "MISS"
+        and grew.note == "grows: 10 @100 -> 30 @1,000; growing part: GetObject 10.0 -> 30.0"
+    )
     assert rows["commit: requests flat from the first to the largest history"].status == "PASS"
     assert rows["commit that also writes the Delta checkpoint, 1,000 batches"].value == 200.0
     # An operation nobody measured gives no verdict.
