@@ -177,10 +177,10 @@ def _measure_window(history: StoreHistory, cp: Checkpoint, batches: int) -> None
             cp.checkpoint_commits.append(committed)  # this commit also wrote the Delta checkpoint
 
 
-def _measure_asks(history: StoreHistory, cp: Checkpoint, reps: int) -> None:
+def _measure_asks(history: StoreHistory, cp: Checkpoint, reps: int, every: list[Any]) -> None:
     ref = history.ref
     meter = Meter(ref.storage())
-    keys = {"ask, oldest batch": history.keys()[0], "ask, newest batch": history.keys()[-1]}
+    keys = {"ask, oldest batch": every[0], "ask, newest batch": every[-1]}
     for key in keys.values():
         if not ask(ref, key).committed:
             raise RuntimeError(f"{history.name}: the store's table does not hold {key}")
@@ -202,11 +202,12 @@ def _checkpoint(settings: Settings, server: Any, work: str, n: int) -> Checkpoin
     cp = Checkpoint(n, built=dict(history.timings))
     plan_logs = os.path.join(history.table, "_eod", "pipelines")
     cp.plan_log_objects = sum(len(names) for _d, _s, names in os.walk(plan_logs))
-    cp.answered, cp.check_seconds = check_every_batch(history.ref, history.keys())
+    every = history.keys()
+    cp.answered, cp.check_seconds = check_every_batch(history.ref, every)
     if cp.answered != n:
         raise RuntimeError(f"the uploaded history of {n} batches answers {cp.answered} of them committed")
     progress(f"objectstore: measuring at {fmt_int(n)} batches")
-    _measure_asks(history, cp, settings.store_asks)
+    _measure_asks(history, cp, settings.store_asks, every)
     _measure_window(history, cp, settings.store_window)
     shutil.rmtree(history.root, ignore_errors=True)
     return cp
