@@ -57,6 +57,9 @@ BUILT = (
     "every object uploaded to the store; the landing prefix listed once for the files' ETags; the "
     "measured batches then planned, staged and committed on the store"
 )
+# ObjectStorage.walk (the landing listing) counts one ListObjectsV2 per chunk that obstore's
+# list yields (50 objects by default); S3 serves up to 1,000 keys a page. Both are printed.
+LIST_CHUNK, S3_PAGE = 50, 1000
 CHECKPOINT_INTERVAL = 100  # the committer's Delta checkpoint interval (the default)
 OPERATIONS = ("ask, oldest batch", "ask, newest batch", "planning (freeze)", "commit")
 
@@ -150,6 +153,15 @@ def grown(first: list[Sample], last: list[Sample], tolerance: float = FLAT_TOLER
         if count > before.get(op, 0.0) * tolerance and count - before.get(op, 0.0) >= 0.5
     ]
     return ", ".join(parts)
+
+
+def listing_note(files: int) -> str:
+    """How the landing listing of ``files`` files is counted, against what S3 serves."""
+    counted, pages = -(-files // LIST_CHUNK), max(1, -(-files // S3_PAGE))
+    return (
+        f"the landing listing of {fmt_int(files)}+ files is counted as {fmt_int(counted)} ListObjectsV2 "
+        f"(one per {LIST_CHUNK}-object chunk of obstore's list); S3 serves it in {fmt_int(pages)} page(s)"
+    )
 
 
 def _measure_window(history: StoreHistory, cp: Checkpoint, batches: int) -> None:
@@ -247,6 +259,8 @@ def rows_of(checkpoints: list[Checkpoint]) -> list[Row]:
             req, p50 = _p50_requests(samples), statistics.median(s.seconds for s in samples) * 1000
             at = f"{fmt_int(cp.n)} batches"
             note = f"n={len(samples)}; {breakdown(samples)}"
+            if what == "planning (freeze)":
+                note += "; " + listing_note(cp.n)
             if cp is first:
                 out.append(row(AREA, f"{what}: requests, p50, {at}", req, "requests", note=note))
                 out.append(row(AREA, f"{what}: time, p50, {at}", p50, "ms"))

@@ -5,7 +5,16 @@ load contenders and the builder's stand-in listing."""
 from __future__ import annotations
 
 from benchmarks.common import AREAS, Settings
-from benchmarks.object_store import FLAT_TOLERANCE, Checkpoint, Sample, breakdown, flatness, grown, rows_of
+from benchmarks.object_store import (
+    FLAT_TOLERANCE,
+    Checkpoint,
+    Sample,
+    breakdown,
+    flatness,
+    grown,
+    listing_note,
+    rows_of,
+)
 from benchmarks.store_history import _Arrived, landing_name
 from benchmarks.store_load import contenders, rotation
 
@@ -41,6 +50,13 @@ def test_grown_names_the_operations_that_grew_even_under_a_flat_total() -> None:
     ]
     assert grown(first, last) == "DeleteObjects 0.0 -> 0.5, ListObjectsV2 9.0 -> 13.5"
     assert grown(first, first) == ""
+
+
+def test_the_landing_listing_is_shown_as_counted_and_as_s3_pages() -> None:
+    assert listing_note(10_000).endswith(
+        "counted as 200 ListObjectsV2 (one per 50-object chunk of obstore's list); S3 serves it in 10 page(s)"
+    )
+    assert "counted as 1 ListObjectsV2" in listing_note(5) and "in 1 page(s)" in listing_note(5)
 
 
 def _checkpoint(n: int, ask_requests: int, answered: int | None = None) -> Checkpoint:
