@@ -135,7 +135,7 @@ def fmt_int(n: int) -> str:
     return f"{n:,}"
 
 
-AREAS = ("history", "load", "peer", "engines")
+AREAS = ("history", "load", "peer", "engines", "objectstore")
 
 
 @dataclass
@@ -158,6 +158,13 @@ class Settings:
     retention: str  # the short retention interval of the retention history
     engine_rows: list[int] = field(default_factory=lambda: [1_000_000, 10_000_000])
     engine_reps: int = 3  # rounds of (plain Delta write, delta-spark load, delta-rs load)
+    # The object-store area (benchmarks/object_store.py): histories on S3, timed batches and
+    # asks at each, and the load to S3 against plain Spark writes.
+    store_checkpoints: list[int] = field(default_factory=lambda: [100, 1_000, 10_000])
+    store_window: int = 50  # batches planned and committed on the store per checkpoint
+    store_asks: int = 50  # cold asks of the oldest and of the newest batch per checkpoint
+    store_rows: list[int] = field(default_factory=lambda: [1_000_000])
+    store_reps: int = 3  # rotating rounds of (plain Parquet, plain Delta, eod) per size
     areas: list[str] = field(default_factory=lambda: list(AREAS))
 
     @classmethod
@@ -193,6 +200,10 @@ class Settings:
             increment_rows=10_000,
             retention="interval 5 seconds",
             engine_rows=[100_000, 1_000_000],
+            store_checkpoints=[100, 1_000],
+            store_window=20,
+            store_asks=20,
+            store_rows=[100_000],
         )
 
     @classmethod
@@ -212,18 +223,25 @@ class Settings:
             retention="interval 5 seconds",
             engine_rows=[2_000],
             engine_reps=1,
+            store_checkpoints=[5, 10],
+            store_window=2,
+            store_asks=2,
+            store_rows=[2_000],
+            store_reps=1,
         )
 
 
 def spark_session() -> SparkSession:
     """The SparkSession every area uses: the provider's own settings
-    (:func:`airflow_eod.spark.session.get_session`), plus the PostgreSQL JDBC driver, and the
+    (:func:`airflow_eod.spark.session.get_session`), plus the PostgreSQL JDBC driver, the
     Delta Spark jars and SQL extension where EOD_DELTA_SPARK_JARS names the jars (the engines
-    area)."""
+    area), and the s3a jars on the driver's class path where they are cached (the objectstore
+    area; a session takes no jar after it started)."""
     from airflow_eod.spark.session import get_session
-    from tests.support.spark_conf import session_conf
+    from tests.support.spark_conf import find_s3a_jars, session_conf
 
-    conf = {**session_conf(POSTGRES_JDBC_JAR), "spark.ui.showConsoleProgress": "false"}
+    find_s3a_jars()  # sets EOD_S3A_JARS when `make test` fetched them; the area says why not otherwise
+    conf = {**session_conf(POSTGRES_JDBC_JAR, s3a=True), "spark.ui.showConsoleProgress": "false"}
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     spark = get_session(conf=conf, app_name="airflow-eod-bench")
     spark.sparkContext.setLogLevel("ERROR")

@@ -1,7 +1,9 @@
 """``make bench``: every benchmark area side by side in one run, one table of figures,
 targets, ratios and verdicts.
 
-    python -m benchmarks.run [--quick | --smoke] [--only history,load,peer,engines] [--resume] [--work DIR]
+    python -m benchmarks.run [--quick | --smoke] [--only AREA,...] [--resume] [--work DIR]
+
+Areas: history, load, peer, engines, objectstore (benchmarks/README.md).
 
 Prints the table, writes ``benchmarks/results/<quick|full>.json`` and PNG charts beside it,
 and rewrites the run's section of ``benchmarks/README.md``. ``--smoke`` runs every area at
@@ -21,7 +23,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import engines, history, load, peer
+from benchmarks import engines, history, load, object_store, peer
 from benchmarks.common import AREAS, Row, Settings, machine, progress, spark_session
 from benchmarks.report import readme_section, summary, text_table, update_readme, write_json
 
@@ -59,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         "load": lambda: load.run(settings, spark, os.path.join(work, "load")),
         "peer": lambda: peer.run(settings, spark, os.path.join(work, "peer")),
         "engines": lambda: engines.run(settings, spark, os.path.join(work, "engines")),
+        "objectstore": lambda: object_store.run(settings, spark, os.path.join(work, "objectstore")),
     }
     rows: list[Row] = []
     series: dict[str, Any] = {}

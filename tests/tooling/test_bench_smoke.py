@@ -58,7 +58,7 @@ def test_every_benchmark_area_runs(tmp_path: str) -> None:
         errors = [r for r in errors if "jdbc" not in r["figure"]]
     assert errors == [], errors
     areas = {r["area"] for r in rows}
-    assert {"ask", "commit", "planning", "state", "load", "peer", "engines"} <= areas, areas
+    assert {"ask", "commit", "planning", "state", "load", "peer", "engines", "objectstore"} <= areas, areas
     peer = [r["figure"] for r in rows if r["area"] == "peer"]
     for case in ("one file", "partitioned"):
         assert any(f.startswith(f"{case}:") and "airflow-eod, total" in f for f in peer), peer
