@@ -236,7 +236,9 @@ def test_odd_partition_values_are_staged_under_plain_ascii_keys_on_a_store(
     result = run_load(spark, spec_for(source, s3_table, plan, partition_by=["customer"]))  # type: ignore[arg-type]
     assert result.outcome == "committed" and result.rows == len(values)
     dt = DeltaTable(s3_table.location, storage_options=s3_table.storage_options)
-    adds = dt.get_add_actions(flatten=True).to_pylist()
+    import pyarrow as pa
+
+    adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
     assert all(a["path"].isascii() and " " not in a["path"] for a in adds), [a["path"] for a in adds]
     assert sorted(a["partition.customer"] for a in adds) == sorted(values)
     store = s3_table.storage()
