@@ -95,7 +95,7 @@ def outbox_of(manifest: Manifest | None) -> Outbox | None:
     return Outbox.from_dict(manifest.extra[OUTBOX_KEY])
 
 
-def deliver_outbox(ref: TableRef, status: BatchStatus) -> BatchStatus | None:
+def deliver_outbox(ref: TableRef, status: BatchStatus, quarantine: TableRef | None) -> BatchStatus | None:
     """Commit the outbox of the batch's committed generation to the quarantine table, then
     remove the quarantine table's uncommitted attempts of that generation.
 
@@ -105,6 +105,10 @@ def deliver_outbox(ref: TableRef, status: BatchStatus) -> BatchStatus | None:
 
     :param ref: the main table.
     :param status: the main table's answer, for a committed batch.
+    :param quarantine: the task's quarantine table (``None``: it has none). An outbox for
+        another table is not delivered: the manifest is the table's content, which any writer
+        of the table could have committed, and the delivery writes with this task's
+        credentials.
     :returns: the quarantine table's answer, or ``None`` when there was nothing to deliver.
     """
     main = status.manifest
@@ -114,7 +118,18 @@ def deliver_outbox(ref: TableRef, status: BatchStatus) -> BatchStatus | None:
         return None
     batch = status.batch
     staged = outbox.staged
-    quarantine = ref.neighbour(outbox.table_uri, "the quarantine table")
+    if quarantine is None or TableRef.parse(outbox.table_uri).location != quarantine.location:
+        log.warning(
+            "batch %s: generation %d carries malformed records for the quarantine table %s, which "
+            "is not this task's (%s): not delivered ('airflow-eod verify' reports them); deliver "
+            "them by running the task with quarantine_table_uri=%s",
+            batch,
+            gen,
+            outbox.table_uri,
+            quarantine,
+            outbox.table_uri,
+        )
+        return None
     if not staged.files and open_table(quarantine) is None:
         # Nothing to remove and no table made only to hold an empty marker.
         log.info(

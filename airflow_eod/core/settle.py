@@ -11,13 +11,14 @@ from airflow_eod.core.spec_files import remove_decided_specs
 from airflow_eod.core.table_ref import TableRef
 
 
-def settle_committed(ref: TableRef, status: BatchStatus) -> None:
+def settle_committed(ref: TableRef, status: BatchStatus, quarantine: TableRef | None = None) -> None:
     """Deliver the batch's quarantine outbox, and remove other attempts' files: their data
     directories, and the specs of submitted attempts a SIGKILLed task left behind.
 
     :param ref: the main table.
     :param status: the table's answer, for a committed batch.
+    :param quarantine: the task's quarantine table, the only one an outbox is delivered to.
     """
-    deliver_outbox(ref, status)
+    deliver_outbox(ref, status, quarantine)
     remove_uncommitted_attempts(ref, status)
     remove_decided_specs(ref, status)

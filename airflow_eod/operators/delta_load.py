@@ -303,6 +303,8 @@ class BaseDeltaLoadOperator(BaseOperator):
         check_object_store_load(
             table, engine=self.engine, execution=self.execution, quarantine=self.quarantine_table_uri
         )
+        uri = self.quarantine_table_uri
+        quarantine = None if uri is None else table.neighbour(uri, "quarantine_table_uri")
         request = LoadRequest(
             table=table,
             pipeline_id=pipeline_id,
@@ -355,7 +357,7 @@ class BaseDeltaLoadOperator(BaseOperator):
                 source,
                 ctx,
                 run=run,
-                settle=lambda status: settle_committed(table, status),
+                settle=lambda status: settle_committed(table, status, quarantine),
             )
 
         caught_up = self._catch_up(request, load_one)

@@ -160,7 +160,7 @@ class SubmitRun:
             status.manifest.attempt_id if status.manifest else None,
         )
         # The driver does this after its commit; a driver killed right after it did not.
-        settle_committed(self.table, status)
+        settle_committed(self.table, status, spec.quarantine_table)
         return result
 
     def on_kill(self) -> None:

@@ -194,7 +194,7 @@ def _run_load(
         log.info(
             "batch %s: already committed (generation %s); writing nothing", batch, status.committed_generation
         )
-        settle_committed(spec.table, status)
+        settle_committed(spec.table, status, spec.quarantine_table)
         return result_from_status(spec.table, status, ALREADY_COMMITTED)
     manifest = Manifest(
         pipeline_id=batch.pipeline_id,
@@ -260,7 +260,7 @@ def _run_load(
         decided = decide_after_failure(spec.table, batch, spec.generation, exc)
         if decided is not None:
             # A racer (or this attempt, before it failed) committed: its outbox is due too.
-            deliver_outbox(spec.table, ask(spec.table, batch, spec.generation))
+            deliver_outbox(spec.table, ask(spec.table, batch, spec.generation), spec.quarantine_table)
             return decided
         if isinstance(exc, InputChangedError) and spec.settings.engine == "delta-spark":
             # The re-freeze the source's message names is a restatement, which this engine
@@ -275,7 +275,7 @@ def _run_load(
         if split is not None:
             split.release()
     fault_point("after_commit")
-    settle_committed(spec.table, status)
+    settle_committed(spec.table, status, spec.quarantine_table)
     outcome = COMMITTED if ours else ALREADY_COMMITTED
     log.info(
         "batch %s: %s generation %s at table version %s",

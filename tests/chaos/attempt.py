@@ -37,7 +37,7 @@ from airflow_eod.core.settle import settle_committed
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, ReadContext, source_from_dict
 from airflow_eod.spark.load_spec import LoadSettings
-from tests.chaos.store import on_s3, ref
+from tests.chaos.store import on_s3, quarantine_ref, ref
 
 READY = "READY"
 RESULT = "RESULT "
@@ -77,7 +77,9 @@ def run_attempt(args: dict[str, object], session: Callable[[], object]) -> str:
             credentials=creds,
             settings=LoadSettings(**args["settings"]),
         ),  # type: ignore[arg-type]
-        settle=lambda status: settle_committed(ref(table), status),
+        settle=lambda status: settle_committed(
+            ref(table), status, quarantine_ref(ref(table), args["settings"].get("quarantine_table_uri"))
+        ),
     )
     return result.outcome
 

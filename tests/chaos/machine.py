@@ -59,7 +59,7 @@ from tests.chaos.jdbc_world import JdbcHistory, day_time, keyed
 from tests.chaos.oracle import check_jdbc_batches, check_tables
 from tests.chaos.report import REPORT
 from tests.chaos.spark_writer import FOREIGN_DML, MAINTENANCE, ForeignRows, SparkWriter
-from tests.chaos.store import delta, exists, on_s3, ref, remove_world, table_uri
+from tests.chaos.store import delta, exists, on_s3, quarantine_ref, ref, remove_world, table_uri
 from tests.chaos.world import DDL, OBJECT_STORE_PARTS, OPTIONAL, PARTS, REQUIRED, World
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -433,7 +433,9 @@ class ChaosMachine(RuleBasedStateMachine):
                     credentials=creds,
                     settings=LoadSettings(**settings),
                 ),
-                settle=lambda status: settle_committed(ref(target), status),
+                settle=lambda status: settle_committed(
+                    ref(target), status, quarantine_ref(ref(target), settings["quarantine_table_uri"])
+                ),
             )
         except InjectedFault as exc:
             if run.pipe.name == "jdbci" and run.interval is not None:

@@ -148,3 +148,9 @@ def s3_store() -> Iterator[Any]:
         else:
             os.environ[STORE_ENV] = before
         server.stop()
+
+
+def quarantine_ref(table: TableRef, uri: str | None) -> TableRef | None:
+    """The quarantine table a load of ``table`` is configured with (``None``: none), as the
+    operator passes it to the settle step."""
+    return None if uri is None else table.neighbour(uri, "quarantine_table_uri")

@@ -69,6 +69,10 @@ class Segments:
         self.buckets = buckets
         # Generations are write-once: what one held is what it holds (by key).
         self._read: dict[str, dict[str, str]] = {}
+        # What readers of this (short-lived) instance found: whether any segment exists, and
+        # each bucket's newest generation. A writer's checks never use them (fresh=True).
+        self._present: bool | None = None
+        self._newest: dict[str, tuple[int, dict[str, str]]] = {}
 
     def folder(self, bucket: str) -> str:
         return f"{self.root}/segments/{bucket}"
@@ -78,9 +82,12 @@ class Segments:
         gens = (_generation(n) for n in self.storage.list(self.folder(bucket)))
         return sorted(g for g in gens if g is not None)
 
-    def present(self) -> bool:
-        """Whether any segment exists (one request, whatever they hold)."""
-        return self.storage.has_prefix(f"{self.root}/segments")
+    def present(self, *, fresh: bool = True) -> bool:
+        """Whether any segment exists (one request, whatever they hold; none for a reader
+        that asked before: ``fresh=False``)."""
+        if fresh or self._present is None:
+            self._present = self.storage.has_prefix(f"{self.root}/segments")
+        return self._present
 
     def read(self, bucket: str, generation: int) -> dict[str, str]:
         """The entries (key below the plan log -> stored text) of one generation.
@@ -118,25 +125,42 @@ class Segments:
             )
         return entries
 
-    def newest(self, bucket: str) -> tuple[int, dict[str, str]]:
+    def newest(self, bucket: str, *, fresh: bool = True) -> tuple[int, dict[str, str]]:
         """``(generation, entries)`` of the newest generation of ``bucket``; ``(-1, {})``
         when it has none. A generation that vanished between the listing and the read was
-        replaced by a newer one: the bucket is listed again."""
+        replaced by a newer one: the bucket is listed again. A reader (``fresh=False``) takes
+        what this instance found before, if it looked."""
+        if not fresh and bucket in self._newest:
+            return self._newest[bucket]
         for _ in range(_RELISTS):
             gens = self.generations(bucket)
             if not gens:
-                return -1, {}
-            try:
-                return gens[-1], self.read(bucket, gens[-1])
-            except NotFound:
-                continue
+                found: tuple[int, dict[str, str]] = (-1, {})
+            else:
+                try:
+                    found = (gens[-1], self.read(bucket, gens[-1]))
+                except NotFound:
+                    continue
+            self._newest[bucket] = found
+            return found
         raise PlanLogError(f"plan-log segments {self.storage.where(self.folder(bucket))} keep changing")
 
-    def get(self, rel: str) -> bytes | None:
-        """The stored text of the compacted entry ``rel``, or ``None``."""
+    def get(self, rel: str, *, fresh: bool = True) -> bytes | None:
+        """The stored text of the compacted entry ``rel``, or ``None``.
+
+        :raises PlanLogError: naming ``rel`` when its bucket's newest segment does not read.
+        """
         if rel.split("/")[0] not in COMPACTED:
             return None
-        text = self.newest(bucket_of(rel, self.buckets))[1].get(rel)
+        bucket = bucket_of(rel, self.buckets)
+        try:
+            text = self.newest(bucket, fresh=fresh)[1].get(rel)
+        except PlanLogError as exc:
+            # The entry's own name leads the message: it names the batch the caller works on.
+            raise PlanLogError(
+                f"plan-log entry {rel} cannot be looked up: {exc} (see the runbook, 'a corrupt "
+                "plan-log segment')"
+            ) from None
         return None if text is None else text.encode()
 
     def names_under(self, folder: str) -> set[str]:

@@ -174,16 +174,21 @@ class PlanLog:
         return self._read(path)
 
     def _read(self, path: str) -> dict[str, Any] | None:
+        rel = self._rel(self.key_of(path))
         try:
-            text = self.storage.get(self.key_of(path), limit=bounded_json.MAX_PLAN_LOG_ENTRY)
+            text: bytes | None = self.storage.get(self.key_of(path), limit=bounded_json.MAX_PLAN_LOG_ENTRY)
         except FileNotFoundError:
-            if (compacted := self.segments.get(self._rel(self.key_of(path)))) is None:
-                return None
-            text = compacted
+            text = None
         except (bounded_json.JsonBoundError, IsADirectoryError) as exc:  # too large, a link, a device
             raise PlanLogError(
                 f"plan-log entry {path} is corrupt ({exc}); see the runbook, 'a corrupt plan-log entry'"
             ) from None
+        # A segment's entry wins over a stored one, which can then only be a copy that a writer
+        # killed between its put and its second look at the segments left behind.
+        if text is None or self.segments.present(fresh=False):
+            text = self.segments.get(rel, fresh=False) or text
+        if text is None:
+            return None
         try:
             payload: dict[str, Any] = bounded_json.loads(text)
             checksum = payload.pop("checksum")
