@@ -33,7 +33,7 @@ import io
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -113,9 +113,16 @@ class _Arrived(LandingFilesSource):
     arrived: list[dict[str, Any]] = field(default_factory=list, compare=False, repr=False)
 
     def list_files(
-        self, label: str | None = None, *, skip: AbstractSet[str] = frozenset()
+        self,
+        label: str | None = None,
+        *,
+        skip: AbstractSet[str] = frozenset(),
+        exclude: Sequence[str] = (),
+        required: bool = False,
     ) -> list[dict[str, Any]]:
         # Every file before the newest two was loaded (one file per batch): not re-checked.
+        # ``exclude`` (the table's own root) and ``required`` (an empty prefix is a missing
+        # source) do not apply: the files handed in are the store's, and there are some.
         return [dict(e) for e in self.arrived[-2:] if e["path"] not in skip]
 
 
