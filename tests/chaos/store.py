@@ -2,8 +2,12 @@
 default) or on S3 (``--store s3``: one SeaweedFS server for the run, ``tests/support/s3_server.py``).
 
 On S3 each trial's tables (and with them their plan logs, markers and staged attempts, which
-live beside the table) are ``s3://<bucket>/<run>/<world>/<table>``; the landing directories
-stay local. The harness, its warm children (``tests/chaos/attempt.py``) and the checker
+live beside the table) are ``s3://<bucket>/<run>/<world>/<table>``. The landing directories
+stay local, unless the run puts them on S3 too (``--landing-store s3``): then every file the
+trial's world writes, rewrites, deletes or moves in ``<tmp>/landing/...`` is done to
+``s3://<bucket>/<run>/<world>/landing/...`` as well (:class:`LandingMirror`; the local copy
+keeps the world's bookkeeping simple), and the landing pipelines plan and read that prefix.
+The harness, its warm children (``tests/chaos/attempt.py``) and the checker
 (``tests/chaos/oracle.py``) all name a table by its URI and get its :class:`TableRef` here,
 with the store's storage options attached.
 
@@ -16,6 +20,7 @@ process the harness SIGKILLs can reach the same throwaway test server as its par
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -29,7 +34,8 @@ from deltalake import DeltaTable
 
 from airflow_eod.core.table_ref import TableRef
 
-# Test-only (see the module's docstring): {"root": "s3://bucket/run", "options": {...}}.
+# Test-only (see the module's docstring):
+# {"root": "s3://bucket/run", "options": {...}, "landing": true|false}.
 STORE_ENV = "EOD_CHAOS_S3"
 STORES = ("local", "s3")
 
@@ -42,6 +48,62 @@ def _conf() -> dict[str, Any] | None:
 def on_s3() -> bool:
     """Whether this run's tables are on S3."""
     return _conf() is not None
+
+
+def landing_on_s3() -> bool:
+    """Whether this run's landing files are on S3 as well."""
+    conf = _conf()
+    return bool(conf and conf.get("landing"))
+
+
+def landing_source_args(tmp: str, local: str) -> dict[str, Any]:
+    """The ``path`` (and ``storage_options``) a landing source of the trial ``tmp`` is given
+    for its local directory ``local``: the same directory on S3 when the landing is there."""
+    conf = _conf()
+    if conf is None or not conf.get("landing"):
+        return {"path": local}
+    rel = os.path.relpath(local, tmp).replace(os.sep, "/")
+    return {"path": f"{conf['root']}/{os.path.basename(tmp)}/{rel}", "storage_options": conf["options"]}
+
+
+def with_landing_options(source: Any) -> Any:
+    """``source`` with the store's options where it reads a landing prefix on S3: a source
+    rebuilt from its dict (a SIGKILLed child's) has none, they are never serialized."""
+    from airflow_eod.sources.landing_files import LandingFilesSource
+
+    conf = _conf()
+    if (
+        conf is not None
+        and isinstance(source, LandingFilesSource)
+        and source.path.startswith("s3://")
+        and source.storage_options is None
+    ):
+        return dataclasses.replace(source, storage_options=conf["options"])
+    return source
+
+
+class LandingMirror:
+    """Does each change the world makes to a landing file of the trial ``tmp`` to its copy
+    under the trial's prefix on S3 (one put or delete per change, overwriting in place)."""
+
+    def __init__(self, *, tmp: str) -> None:
+        from airflow_eod.core.storage import storage_at
+
+        conf = _conf()
+        assert conf is not None, "a landing mirror needs the run's S3 store"
+        self.tmp = tmp
+        self.storage = storage_at(f"{conf['root']}/{os.path.basename(tmp)}", conf["options"])
+
+    def _key(self, path: str) -> str:
+        return os.path.relpath(path, self.tmp).replace(os.sep, "/")
+
+    def put(self, path: str, data: bytes) -> None:
+        """The local file ``path`` now holds ``data``."""
+        self.storage.put(self._key(path), data)
+
+    def delete(self, path: str) -> None:
+        """The local file ``path`` is gone."""
+        self.storage.delete(self._key(path))
 
 
 def table_uri(tmp: str, name: str) -> str:
@@ -116,7 +178,7 @@ def rows_by_log(uri: str, columns: list[str]) -> list[tuple[Any, ...]]:
 
 
 def remove_world(tmp: str) -> None:
-    """Remove the trial's tables from S3 (local ones go with ``tmp``)."""
+    """Remove the trial's tables (and landing files) from S3 (local ones go with ``tmp``)."""
     conf = _conf()
     if conf is None:
         return
@@ -125,21 +187,23 @@ def remove_world(tmp: str) -> None:
     storage_at(conf["root"], conf["options"]).delete_prefix(os.path.basename(tmp))
 
 
-def store_env(server: Any, run: str | None = None) -> str:
-    """The value of :data:`STORE_ENV` for ``server`` (an S3Server): a root of the run's own."""
+def store_env(server: Any, run: str | None = None, *, landing: bool = False) -> str:
+    """The value of :data:`STORE_ENV` for ``server`` (an S3Server): a root of the run's own;
+    ``landing``: the landing files there too."""
     run = run or f"chaos-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    return json.dumps({"root": f"s3://{server.bucket}/{run}", "options": server.options()})
+    root = f"s3://{server.bucket}/{run}"
+    return json.dumps({"root": root, "options": server.options(), "landing": landing})
 
 
 @contextmanager
-def s3_store() -> Iterator[Any]:
+def s3_store(*, landing: bool = False) -> Iterator[Any]:
     """Start one SeaweedFS S3 server for a run and point the harness (and its children, by
-    :data:`STORE_ENV`) at it; stop it at the end."""
+    :data:`STORE_ENV`) at it, the landing files too with ``landing``; stop it at the end."""
     from tests.support.s3_server import S3Server
 
     server = S3Server.start()
     before = os.environ.get(STORE_ENV)
-    os.environ[STORE_ENV] = store_env(server)
+    os.environ[STORE_ENV] = store_env(server, landing=landing)
     try:
         yield server
     finally:

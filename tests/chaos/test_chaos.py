@@ -160,18 +160,22 @@ def test_sigkills_land_in_at_least_a_tenth_of_the_load_attempts(
 
 
 @pytest.mark.objectstore
+@pytest.mark.parametrize("landing", ["local", "s3"], ids=["landing-local", "landing-s3"])
 def test_generated_histories_on_s3_load_every_row_exactly_once(
     spark: Any,
     s3_server: Any,
     chaos_postgres: Any,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
+    landing: str,
 ) -> None:
     """The chaos tier with every trial's tables (and their plan logs) on S3 (SeaweedFS):
     the loads write through s3a and commit with the store's conditional put, in this process
     and in SIGKILLed children, and the checker reads the tables back from the store. Left out
     on S3 (tests/chaos/store.py): the delta-spark engine, Delta Spark as the other writer, the
-    quarantine and malformed records. Longer runs: ``python -m benchmarks.chaos --store s3``."""
+    quarantine and malformed records. With ``landing-s3`` the landing files are on S3 too,
+    planned from the store's listing and read over s3a. Longer runs:
+    ``python -m benchmarks.chaos --store s3 [--landing-store s3]``."""
     from tests.chaos.store import STORE_ENV, store_env
     from tests.support.spark_conf import find_s3a_jars
 
@@ -185,7 +189,8 @@ def test_generated_histories_on_s3_load_every_row_exactly_once(
     monkeypatch.setenv("EOD_CHAOS_KILL_PERCENT", os.environ.get("EOD_CHAOS_KILL_PERCENT", "50"))
     monkeypatch.setenv("EOD_CHAOS_MAX_KILLS", os.environ.get("EOD_CHAOS_MAX_KILLS", "1"))
     # The store's options for this process and the children it starts (a test-only variable).
-    monkeypatch.setenv(STORE_ENV, store_env(s3_server, run=f"chaos-tier-{os.getpid()}"))
+    run = f"chaos-tier-{landing}-{os.getpid()}"
+    monkeypatch.setenv(STORE_ENV, store_env(s3_server, run=run, landing=landing == "s3"))
     monkeypatch.setitem(SPARK, "postgres", chaos_postgres)
     monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
     REPORT.__init__()  # type: ignore[misc]
@@ -202,6 +207,8 @@ def test_generated_histories_on_s3_load_every_row_exactly_once(
     assert report.outcomes["committed"] > 0, text
     # Every trial's main table was there, on S3, when the checker read it.
     assert report.events["main_table_on_s3"] == report.trials, text
+    # The landing pipelines planned and read the prefix on S3 (or never did, landing local).
+    assert (report.events["landing_source_on_s3"] > 0) == (landing == "s3"), text
 
 
 @pytest.mark.delta_spark

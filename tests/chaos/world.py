@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass, field
+from typing import Protocol
 
 COLUMNS = ["id", "n", "part"]
 DDL = "id STRING, n INT, part STRING"
@@ -45,6 +46,14 @@ OPTIONAL = "optional"  # at most one of its versions is in the table
 NEVER = "never"  # none of its versions is in the table (files starting with _ or .)
 
 
+class Mirror(Protocol):
+    """Where the landing files are copied as they change (tests/chaos/store.LandingMirror)."""
+
+    def put(self, path: str, data: bytes) -> None: ...
+
+    def delete(self, path: str) -> None: ...
+
+
 @dataclass
 class Version:
     """One content a path held: its good rows and its malformed lines."""
@@ -75,9 +84,13 @@ class PathState:
 class World:
     """The landing files of one trial, and every version they had."""
 
-    def __init__(self, root: str, rng: random.Random, parts: list[str] = PARTS) -> None:
+    def __init__(
+        self, root: str, rng: random.Random, parts: list[str] = PARTS, mirror: Mirror | None = None
+    ) -> None:
         self.root = root
         self.rng = rng
+        # The landing files on S3 as well (``--landing-store s3``): each change done there too.
+        self.mirror = mirror
         self.parts = parts  # the partition values rows get
         self.paths: dict[str, PathState] = {}
         self._entities = 0
@@ -124,6 +137,9 @@ class World:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.utime(path, (mtime, mtime))
+        if self.mirror is not None:
+            # A store has no settable modification time: a late file is simply a new object.
+            self.mirror.put(path, text.encode("utf-8"))
 
     def land(
         self,
@@ -159,6 +175,8 @@ class World:
 
     def delete(self, state: PathState) -> None:
         os.remove(state.path)
+        if self.mirror is not None:
+            self.mirror.delete(state.path)
         state.exists = False
         if state.expect == REQUIRED:
             state.expect = OPTIONAL
@@ -168,6 +186,11 @@ class World:
         directory = os.path.dirname(state.path)
         new = os.path.join(directory, self.new_name(directory))
         os.rename(state.path, new)
+        if self.mirror is not None:
+            # A store has no rename: the new key is written, then the old one deleted.
+            with open(new, "rb") as fh:
+                self.mirror.put(new, fh.read())
+            self.mirror.delete(state.path)
         old = state.versions[-1]
         state.exists = False
         if state.expect == REQUIRED:
