@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,3 +167,30 @@ def landing(tmp_path: Any) -> str:
 @pytest.fixture
 def table(tmp_path: Any) -> str:
     return str(tmp_path / "table")
+
+
+@pytest.fixture
+def az_table(azure_server: Any, spark: Any) -> Iterator[Any]:
+    """A fresh table on Azurite that the shared SparkSession writes over abfs:// (the table
+    of the Azure Spark tests)."""
+    from airflow_eod.core.table_ref import TableRef
+    from tests.support.spark_conf import ABFS_JARS_ENV, find_abfs_jars
+
+    why = find_abfs_jars()
+    class_path = spark.sparkContext.getConf().get("spark.driver.extraClassPath", "")
+    if why is None and not all(j in class_path for j in os.environ[ABFS_JARS_ENV].split(",")):
+        why = f"the shared SparkSession started without the abfs jars ({ABFS_JARS_ENV}) on its class path"
+    if why is not None:
+        if os.environ.get("EOD_REQUIRE_OBJECTSTORE"):
+            pytest.fail(why)
+        pytest.skip(why)
+    uri = f"az://{azure_server.container}/loads/{uuid.uuid4().hex}/orders"
+    yield TableRef.parse(uri, azure_server.options())
+    # Close Hadoop's cached ABFS client while Azurite still runs: left open, the JVM closes it
+    # at exit, after the emulator has stopped ("ShutdownHook 'ClientFinalizer' timeout"), and
+    # was seen to outlive the test process by minutes.
+    jvm = spark.sparkContext._jvm
+    account = f"abfs://{azure_server.container}@{azure_server.account}.dfs.core.windows.net/"
+    jvm.org.apache.hadoop.fs.FileSystem.get(
+        jvm.java.net.URI(account), spark.sparkContext._jsc.hadoopConfiguration()
+    ).close()

@@ -71,7 +71,7 @@ from tests.chaos.store import (
     remove_world,
     table_uri,
 )
-from tests.chaos.world import DDL, OBJECT_STORE_PARTS, OPTIONAL, PARTS, REQUIRED, World
+from tests.chaos.world import DDL, OPTIONAL, PARTS, REQUIRED, World
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # The SparkSession the in-process attempts share, the PostgreSQL server of the JDBC pipeline
@@ -257,7 +257,9 @@ class ChaosMachine(RuleBasedStateMachine):
         # and writes within the short window; its retry, seconds later, may find the plan too
         # old, and the drain re-freezes it as the runbook says (RetentionWindowError).
         self.kill_budget = self.max_kills if kill_roll < self.kill_percent else 0
-        self.parts = OBJECT_STORE_PARTS if on_s3() else PARTS
+        # On S3 too: a value Spark leaves as it is (a space, non-ASCII) is staged under its
+        # plain-ASCII spelling by a copy and a delete (airflow_eod/spark/staging.py).
+        self.parts = PARTS
         mirror = LandingMirror(tmp=self.tmp) if landing_on_s3() else None
         self.world = World(os.path.join(self.tmp, "landing"), self.rng, self.parts, mirror)
         self.config = dict(SHORT_RETENTION) if short else {}
@@ -277,8 +279,8 @@ class ChaosMachine(RuleBasedStateMachine):
             # New columns in some files, added to its own table under schema_drift="add_columns".
             "drift": Pipe("drift", "chaos.drift", "offsets", os.path.join(land, "drift")),
         }
-        os.makedirs(self.pipes["off"].root)
-        os.makedirs(self.pipes["drift"].root)
+        for name in ("off", "drift"):
+            self._folder(self.pipes[name].root)
         self.all_pipes = [*ALL_PIPES, "drift"]
         if self.pg is not None:
             self.pipes["jdbc"] = Pipe("jdbc", "chaos.jdbc", "offsets", self.jdbc_name)
@@ -384,9 +386,15 @@ class ChaosMachine(RuleBasedStateMachine):
         if pipe.name in ("jdbc", "jdbci"):
             run.since = len(self.hist(pipe).snapshots) - 1
         if interval is not None and pipe.name in INTERVAL_PIPES:
-            os.makedirs(self.day_dir(pipe, interval[0]), exist_ok=True)
+            self._folder(self.day_dir(pipe, interval[0]))
         self.runs.append(run)
         return run
+
+    def _folder(self, path: str) -> None:
+        """The landing directory ``path`` exists (on S3 too: its folder marker)."""
+        os.makedirs(path, exist_ok=True)
+        if self.world.mirror is not None:
+            self.world.mirror.folder(path)
 
     def _arm(self, try_no: int, spec: str | None) -> None:
         with self.arm_lock:

@@ -105,6 +105,17 @@ class LandingMirror:
         """The local file ``path`` is gone."""
         self.storage.delete(self._key(path))
 
+    def folder(self, path: str) -> None:
+        """The local directory ``path`` exists (perhaps empty): its folder marker (an empty
+        object named ``<prefix>/``, what the AWS console's "Create folder" writes), so that an
+        empty landing prefix is an empty folder, not a missing source, as on the disk."""
+        from tests.support.s3_raw import raw_put
+
+        conf = _conf()
+        assert conf is not None
+        bucket, _, root = self.storage.where(self._key(path)).removeprefix("s3://").partition("/")
+        raw_put(conf["options"], bucket, root + "/", b"")
+
 
 def table_uri(tmp: str, name: str) -> str:
     """The URI of the table ``name`` of the trial whose local directory is ``tmp``."""

@@ -238,10 +238,10 @@ def test_the_checker_reads_a_table_on_s3_with_both_readers(
     table partitioned by values Spark escapes; an exact table passes and a row twice is a
     duplicate."""
     from tests.chaos.store import STORE_ENV, exists, rows_by_log, store_env, table_uri
-    from tests.chaos.world import COLUMNS, OBJECT_STORE_PARTS
+    from tests.chaos.world import COLUMNS, PARTS
 
     monkeypatch.setenv(STORE_ENV, store_env(s3_server, run=f"checker-{os.getpid()}"))
-    w = World(str(tmp_path / "landing"), random.Random(7), OBJECT_STORE_PARTS)
+    w = World(str(tmp_path / "landing"), random.Random(7), PARTS)
     for n in (6, 5):
         w.land(str(tmp_path / "landing" / "off"), n)
     rows = _all_rows(w)

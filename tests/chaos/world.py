@@ -18,10 +18,6 @@ DDL = "id STRING, n INT, part STRING"
 # Partition values and file names that broke readers, writers and logs elsewhere: glob
 # characters, URI-reserved characters, percent escapes, spaces, non-ASCII.
 PARTS = ["a", "b c", "x%y", "é", "k=v", "[1]", "p#q", "日", "50%", "a:b"]
-# On an object store a load refuses a partition folder that is not plain ASCII after Spark's
-# escapes (a space, non-ASCII: airflow_eod/spark/staging.py, a store has no rename to respell
-# it): the same awkward values that Spark escapes, the others swapped for plain ones.
-OBJECT_STORE_PARTS = ["a", "b_c", "x%y", "e.e", "k=v", "[1]", "p#q", "n-1", "50%", "a:b"]
 NAME_PIECES = [
     "x[1]",
     "a*b",
@@ -52,6 +48,8 @@ class Mirror(Protocol):
     def put(self, path: str, data: bytes) -> None: ...
 
     def delete(self, path: str) -> None: ...
+
+    def folder(self, path: str) -> None: ...
 
 
 @dataclass

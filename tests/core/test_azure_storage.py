@@ -315,3 +315,12 @@ def test_options_named_as_delta_rs_names_them() -> None:
 def test_unknown_or_contradicting_options_are_refused(options: dict[str, str]) -> None:
     with pytest.raises(ValueError):
         AzureStorage.from_url("abfss://lake@acct.dfs.core.windows.net/t", options)
+
+
+@pytest.mark.objectstore
+def test_a_folder_and_its_marker_blob_are_listed_once(store: Any) -> None:
+    """Hadoop's ABFS driver on a Blob endpoint leaves an empty blob named like each folder it
+    makes: a listing names the folder once, as a file system would."""
+    store.put("eod_data/p/k/g0-a", b"")
+    store.put("eod_data/p/k/g0-a/part-0.parquet", b"1")
+    assert store.list("eod_data/p/k") == ["g0-a"]

@@ -35,40 +35,48 @@ def s3_table(s3_server: Any, spark: Any) -> TableRef:
     return TableRef.parse(f"s3://{s3_server.bucket}/loads/{uuid.uuid4().hex}/orders", s3_server.options())
 
 
+@pytest.fixture(params=["s3", "azure"])
+def store_table(request: pytest.FixtureRequest) -> TableRef:
+    """A fresh table on S3 (s3a) or on Azure (abfs against Azurite) for Spark's writes."""
+    name = "s3_table" if request.param == "s3" else "az_table"
+    table: TableRef = request.getfixturevalue(name)
+    return table
+
+
 def _history(ref: TableRef) -> int:
     return len(DeltaTable(ref.location, storage_options=ref.storage_options).history())
 
 
 @pytest.mark.parametrize("point", ["before_write", "after_stage", "before_commit", "after_commit"])
 def test_a_crash_at_each_boundary_is_recovered_by_the_retry(
-    spark: Any, landing: str, s3_table: TableRef, point: str, monkeypatch: pytest.MonkeyPatch
+    spark: Any, landing: str, store_table: TableRef, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_order_files(landing, 2, 40)
     source = orders_source(landing)
-    plan = plan_for(source, s3_table)  # type: ignore[arg-type]
+    plan = plan_for(source, store_table)  # type: ignore[arg-type]
     monkeypatch.setenv("EOD_FAULTPOINTS", f"{point}=raise@1")
     with pytest.raises(InjectedFault):
-        run_load(spark, spec_for(source, s3_table, plan, try_number=1))  # type: ignore[arg-type]
-    retry = plan_for(source, s3_table)  # type: ignore[arg-type]
+        run_load(spark, spec_for(source, store_table, plan, try_number=1))  # type: ignore[arg-type]
+    retry = plan_for(source, store_table)  # type: ignore[arg-type]
     assert retry == plan  # the plan log on S3 hands the retry the same frozen batch
-    result = run_load(spark, spec_for(source, s3_table, retry, try_number=2))  # type: ignore[arg-type]
+    result = run_load(spark, spec_for(source, store_table, retry, try_number=2))  # type: ignore[arg-type]
     assert result.outcome == ("already_committed" if point == "after_commit" else "committed")
-    assert _history(s3_table) == 1
-    cmp = check(s3_table, landing)  # type: ignore[arg-type]
+    assert _history(store_table) == 1
+    cmp = check(store_table, landing)  # type: ignore[arg-type]
     assert cmp.exact and cmp.table_rows == 80, cmp.describe()
     # The failed attempt's staged objects are gone once the batch is committed.
-    store = s3_table.storage()
+    store = store_table.storage()
     batch = f"eod_data/{plan.pipeline_id}/{plan.batch_key}"
     attempts = [n for n in store.list(batch) if store.has_prefix(f"{batch}/{n}")]
     assert len(attempts) == 1, attempts
-    assert audit_table(s3_table).ok
+    assert audit_table(store_table).ok
 
 
-def test_racing_attempts_of_one_batch_commit_once(spark: Any, landing: str, s3_table: TableRef) -> None:
+def test_racing_attempts_of_one_batch_commit_once(spark: Any, landing: str, store_table: TableRef) -> None:
     write_order_files(landing, 3, 30)
     source = orders_source(landing)
-    plan = plan_for(source, s3_table)  # type: ignore[arg-type]
-    specs = [spec_for(source, s3_table, plan, try_number=n) for n in (1, 2)]  # type: ignore[arg-type]
+    plan = plan_for(source, store_table)  # type: ignore[arg-type]
+    specs = [spec_for(source, store_table, plan, try_number=n) for n in (1, 2)]  # type: ignore[arg-type]
     outcomes: list[str] = []
     errors: list[BaseException] = []
     barrier = threading.Barrier(2)
@@ -87,30 +95,30 @@ def test_racing_attempts_of_one_batch_commit_once(spark: Any, landing: str, s3_t
         t.join()
     assert not errors, errors
     assert sorted(outcomes) == ["already_committed", "committed"], outcomes
-    assert _history(s3_table) == 1 and ask(s3_table, plan.key).committed
-    cmp = check(s3_table, landing)  # type: ignore[arg-type]
+    assert _history(store_table) == 1 and ask(store_table, plan.key).committed
+    cmp = check(store_table, landing)  # type: ignore[arg-type]
     assert cmp.exact and cmp.table_rows == 90, cmp.describe()
 
 
-def test_a_restatement_swaps_the_batch_in_one_commit(spark: Any, landing: str, s3_table: TableRef) -> None:
+def test_a_restatement_swaps_the_batch_in_one_commit(spark: Any, landing: str, store_table: TableRef) -> None:
     write_order_files(landing, 2, 25)
     source = orders_source(landing)
-    plan = plan_for(source, s3_table)  # type: ignore[arg-type]
-    assert run_load(spark, spec_for(source, s3_table, plan)).outcome == "committed"  # type: ignore[arg-type]
+    plan = plan_for(source, store_table)  # type: ignore[arg-type]
+    assert run_load(spark, spec_for(source, store_table, plan)).outcome == "committed"  # type: ignore[arg-type]
     restated = plan_restatement(
-        PlanLog(s3_table, plan.pipeline_id),
+        PlanLog(store_table, plan.pipeline_id),
         plan,
         run_token="restate-run",
-        committed_generation=ask(s3_table, plan.key).committed_generation,
+        committed_generation=ask(store_table, plan.key).committed_generation,
         replan=lambda p, g: source.replan(p, g),
     )
-    spec = spec_for(source, s3_table, restated, try_number=2, restate=True, previous_generation=0)  # type: ignore[arg-type]
+    spec = spec_for(source, store_table, restated, try_number=2, restate=True, previous_generation=0)  # type: ignore[arg-type]
     result = run_load(spark, spec)
     assert result.outcome == "committed" and result.generation == 1
-    assert _history(s3_table) == 2 and ask(s3_table, plan.key, 1).committed
-    cmp = check(s3_table, landing)  # type: ignore[arg-type]
+    assert _history(store_table) == 2 and ask(store_table, plan.key, 1).committed
+    cmp = check(store_table, landing)  # type: ignore[arg-type]
     assert cmp.exact and cmp.table_rows == 50, cmp.describe()
-    assert audit_table(s3_table).ok
+    assert audit_table(store_table).ok
 
 
 def test_an_object_store_load_refuses_what_it_does_not_do_yet(s3_server: Any) -> None:
@@ -176,8 +184,8 @@ def test_malformed_records_reach_a_quarantine_table_on_s3_once_across_a_crash(
 
 @pytest.mark.jdbc
 @pytest.mark.parametrize("point", ["after_stage", "after_commit"])
-def test_jdbc_batches_into_s3_survive_a_crash_and_follow_the_key_frontier(
-    spark: Any, postgres: Any, s3_table: TableRef, point: str, monkeypatch: pytest.MonkeyPatch
+def test_jdbc_batches_into_a_store_survive_a_crash_and_follow_the_key_frontier(
+    spark: Any, postgres: Any, store_table: TableRef, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The other source: key-range batches from PostgreSQL into the S3 table, a crash at a
     boundary and its retry, then the next range; the table against PostgreSQL row by row."""
@@ -193,15 +201,15 @@ def test_jdbc_batches_into_s3_survive_a_crash_and_follow_the_key_frontier(
 
     def plan(run: str) -> Any:
         return src.plan(
-            PlanLog(s3_table, "tests.jdbc_s3"),
+            PlanLog(store_table, "tests.jdbc_s3"),
             ctx,
             run_token=run,
-            is_committed=lambda k: ask(s3_table, k).committed,
+            is_committed=lambda k: ask(store_table, k).committed,
         )
 
     def spec(p: Any, try_number: int) -> LoadSpec:
         return LoadSpec(
-            table=s3_table, plan=p, source=src, settings=LoadSettings(run_id="r", try_number=try_number)
+            table=store_table, plan=p, source=src, settings=LoadSettings(run_id="r", try_number=try_number)
         )
 
     first = plan("r0")
@@ -215,9 +223,9 @@ def test_jdbc_batches_into_s3_survive_a_crash_and_follow_the_key_frontier(
     second = plan("r1")
     assert (second.boundary["low"], second.boundary["high"]) == (40, 60)
     assert run_load(spark, spec(second, 1), credentials=ctx.credentials).outcome == "committed"
-    cmp = check_against_postgres(postgres, name, s3_table)  # type: ignore[arg-type]
+    cmp = check_against_postgres(postgres, name, store_table)  # type: ignore[arg-type]
     assert cmp.exact and cmp.table_rows == 60, cmp.describe()
-    assert _history(s3_table) == 2 and audit_table(s3_table).ok
+    assert _history(store_table) == 2 and audit_table(store_table).ok
 
 
 def test_odd_partition_values_are_staged_under_plain_ascii_keys_on_a_store(

@@ -220,7 +220,9 @@ class ObjectStorage:
         cut = len(directory) + 1 if directory else 0
         names = [p[cut:] for p in found["common_prefixes"]]
         names += [o["path"][cut:] for o in found["objects"]]
-        return sorted(n for n in names if n)
+        # Once each: a folder and its marker object (Hadoop's ABFS driver leaves one beside
+        # each folder it makes on a Blob endpoint) are one name.
+        return sorted({n for n in names if n})
 
     def walk(self, prefix: str = "") -> Iterator[tuple[str, Head]]:
         """Every object under the directory ``prefix`` at any depth, as (key, head), in the
