@@ -121,6 +121,32 @@ def test_a_restatement_swaps_the_batch_in_one_commit(spark: Any, landing: str, s
     assert audit_table(store_table).ok
 
 
+def test_another_writer_compacting_and_vacuuming_between_spark_loads(
+    spark: Any, landing: str, store_table: TableRef
+) -> None:
+    """deltalake's OPTIMIZE and VACUUM (no retention) between loads: every batch still reads
+    as committed, a retry of a compacted batch writes nothing, the next batch loads, and the
+    table holds each landing row once."""
+    specs = []
+    for n, run in enumerate(("run-1", "run-2")):
+        write_order_files(landing, 2, 15, first_id=1 + 100 * n)
+        plan = plan_for(orders_source(landing), store_table, run=run)  # type: ignore[arg-type]
+        specs.append(spec_for(orders_source(landing), store_table, plan))  # type: ignore[arg-type]
+        assert run_load(spark, specs[-1]).outcome == "committed"
+    dt = DeltaTable(store_table.location, storage_options=store_table.storage_options)
+    dt.optimize.compact()
+    dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    for spec in specs:
+        assert ask(store_table, spec.plan.key).committed
+    assert run_load(spark, specs[0]).outcome == "already_committed"
+    write_order_files(landing, 1, 10, first_id=301)
+    plan = plan_for(orders_source(landing), store_table, run="run-3")  # type: ignore[arg-type]
+    assert run_load(spark, spec_for(orders_source(landing), store_table, plan)).outcome == "committed"  # type: ignore[arg-type]
+    cmp = check(store_table, landing)  # type: ignore[arg-type]
+    assert cmp.exact and cmp.table_rows == 70, cmp.describe()
+    assert audit_table(store_table).ok
+
+
 def test_an_object_store_load_refuses_what_it_does_not_do_yet(s3_server: Any) -> None:
     from airflow_eod.core.options import check_object_store_load
 
