@@ -29,29 +29,22 @@ committed there (the measured window of :mod:`benchmarks.object_store`).
 
 from __future__ import annotations
 
-import io
 import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
-from deltalake import Schema
 
 from airflow_eod.core.ask import ask
 from airflow_eod.core.batch import BatchKey
-from airflow_eod.core.delta.parquet_stats import file_stats
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.source import ReadContext
-from airflow_eod.core.staged_files import StagedBatch, StagedFile
+from airflow_eod.core.staged_files import StagedBatch
 from airflow_eod.core.storage import storage_at
-from airflow_eod.core.storage.object_file import open_object
-from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources.landing_files import LandingFilesSource
 from airflow_eod.sources.landing_store import StoreLanding
@@ -203,25 +196,11 @@ def check_every_batch(ref: TableRef, keys: list[BatchKey]) -> tuple[int, float]:
 def stage_on_store(ref: TableRef, plan: Plan) -> tuple[StagedBatch, Manifest]:
     """A one-row Parquet object in a new attempt's directory of the store's table, described
     as Spark's staging describes it (footer statistics read from the object)."""
-    attempt = uuid.uuid4().hex[:16]
-    rel_dir = attempt_dir(plan.key, plan.generation, attempt)
+    from tests.support.store_staging import stage_table
+
     data = pa.table({"seq": pa.array([plan.seq or 0], pa.int64())})
-    buf = io.BytesIO()
-    pq.write_table(data, buf)
-    key = f"{rel_dir}/part-00000.parquet"
-    store = ref.storage()
-    store.put(key, buf.getvalue())
-    head = store.head(key)
-    if head is None:
-        raise RuntimeError(f"staged object {key} is not there")
-    with open_object(store, key, head.size) as fh:
-        rows, stats = file_stats(fh)
-    staged = StagedBatch(
-        Schema.from_arrow(data.schema).to_json(),
-        [],
-        rel_dir,
-        [StagedFile(key, head.size, head.mtime_ns // 1_000_000, {}, rows, stats)],
-    )
+    staged, attempt = stage_table(ref, plan.key, plan.generation, data)
+    rows = 1
     manifest = Manifest(
         PIPELINE,
         plan.batch_key,

@@ -11,27 +11,23 @@ was loaded, row by row.
 
 from __future__ import annotations
 
-import io
 import threading
 import uuid
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable, Schema
+from deltalake import DeltaTable
 
 from airflow_eod.core.ask import ask
 from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.cleanup import remove_uncommitted_attempts
-from airflow_eod.core.delta.parquet_stats import file_stats
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.staged_files import StagedBatch, StagedFile
-from airflow_eod.core.storage.object_file import open_object
 from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.core.table_ref import TableRef
+from tests.support.store_staging import stage_table
 
 pytestmark = pytest.mark.objectstore
 pytest.importorskip("obstore")
@@ -69,25 +65,9 @@ def ref(request: pytest.FixtureRequest) -> TableRef:
 
 def stage(ref: TableRef, batch: BatchKey, ids: list[int], *, attempt: str | None = None) -> tuple[Any, Any]:
     """Stage ``ids`` as one Parquet object of a new attempt of ``batch``, as Spark would."""
-    attempt = attempt or uuid.uuid4().hex[:16]
-    rel_dir = attempt_dir(batch, 0, attempt)
     data = pa.table({"id": pa.array(ids, pa.int64()), "batch": [batch.key] * len(ids)})
-    buf = io.BytesIO()
-    pq.write_table(data, buf)
-    key = f"{rel_dir}/part-00000-{attempt}.snappy.parquet"
-    store = ref.storage()
-    store.put(key, buf.getvalue())
-    head = store.head(key)
-    assert head is not None
-    with open_object(store, key, head.size) as fh:
-        rows, stats = file_stats(fh)
-    staged = StagedBatch(
-        Schema.from_arrow(data.schema).to_json(),
-        [],
-        rel_dir,
-        [StagedFile(key, head.size, head.mtime_ns // 1_000_000, {}, rows, stats)],
-    )
-    manifest = Manifest(PIPELINE, batch.key, 0, {"k": batch.key}, "fp", rows, 1, attempt, "delta-rs")
+    staged, attempt = stage_table(ref, batch, 0, data, attempt=attempt)
+    manifest = Manifest(PIPELINE, batch.key, 0, {"k": batch.key}, "fp", len(ids), 1, attempt, "delta-rs")
     return staged, manifest
 
 

@@ -8,7 +8,6 @@ what the ask, the plan log, the commit records and the audit answer before and a
 
 from __future__ import annotations
 
-import io
 import threading
 import uuid
 from dataclasses import asdict
@@ -16,16 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from deltalake import Schema
 
 from airflow_eod.core import faults
 from airflow_eod.core.ask import ask
 from airflow_eod.core.audit.verify import audit_table
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.delta.log import clear_cache
-from airflow_eod.core.delta.parquet_stats import file_stats
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog import store as planlog_store
@@ -34,10 +30,9 @@ from airflow_eod.core.planlog.store import INTERVAL, Plan, PlanLog
 from airflow_eod.core.records import compaction
 from airflow_eod.core.records.compaction import compact
 from airflow_eod.core.records.record_files import RecordStore
-from airflow_eod.core.staged_files import StagedBatch, StagedFile
-from airflow_eod.core.storage.object_file import open_object
-from airflow_eod.core.table_layout import attempt_dir
+from airflow_eod.core.staged_files import StagedBatch
 from airflow_eod.core.table_ref import TableRef
+from tests.support.store_staging import stage_table
 
 PIPELINE = "tests.compaction"
 
@@ -51,24 +46,9 @@ def batch_at(n: int) -> BatchKey:
 
 
 def _stage(ref: TableRef, batch: BatchKey, ids: list[int], generation: int) -> tuple[StagedBatch, Manifest]:
-    attempt = uuid.uuid4().hex[:16]
-    rel_dir = attempt_dir(batch, generation, attempt)
     data = pa.table({"id": pa.array(ids, pa.int64()), "batch": [batch.key] * len(ids)})
-    buf = io.BytesIO()
-    pq.write_table(data, buf)
-    key = f"{rel_dir}/part-00000-{attempt}.snappy.parquet"
-    store = ref.storage()
-    store.put(key, buf.getvalue())
-    head = store.head(key)
-    assert head is not None
-    with open_object(store, key, head.size) as fh:
-        rows, stats = file_stats(fh)
-    staged = StagedBatch(
-        Schema.from_arrow(data.schema).to_json(),
-        [],
-        rel_dir,
-        [StagedFile(key, head.size, head.mtime_ns // 1_000_000, {}, rows, stats)],
-    )
+    staged, attempt = stage_table(ref, batch, generation, data)
+    rows = len(ids)
     manifest = Manifest(PIPELINE, batch.key, generation, {"k": batch.key}, "fp", rows, 1, attempt, "delta-rs")
     return staged, manifest
 
