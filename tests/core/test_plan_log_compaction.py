@@ -327,3 +327,18 @@ def test_the_commit_compacts_every_so_often_and_a_failure_never_fails_the_load(
     grow(ref, 8, start=9)  # version 16 compacts, and fails
     assert "compaction after version 16 failed" in caplog.text
     assert ask(ref, batch_at(16)).committed
+
+
+@pytest.mark.objectstore
+def test_planning_asks_a_mark_not_the_segments_which_kinds_a_pipeline_has(s3_server: Any) -> None:
+    """The planner asks which kinds of batch (interval, offsets) a pipeline has at every
+    planning: once its entries are compacted, a mark per folder answers that in one request
+    each, without reading the 64 buckets' segments (whose bytes grow with the history)."""
+    ref = TableRef.parse(f"s3://{s3_server.bucket}/lake/{uuid.uuid4().hex}/orders", s3_server.options())
+    grow(ref, 8)
+    compact(ref, PIPELINE, window=2)
+    store = ref.storage()
+    store.requests.clear()  # type: ignore[attr-defined]
+    assert PlanLog(ref, PIPELINE).boundary_kinds() == {INTERVAL}
+    made = dict(store.requests)  # type: ignore[attr-defined]
+    assert "GetObject" not in made and sum(made.values()) <= 4, made

@@ -7,6 +7,9 @@ entries move into a segment. Layout, under the plan log's root::
 
     segments/<bucket>/<generation>.json   the newest generation of a bucket holds every
                                           entry ever compacted into that bucket
+    segments/folders/<folder>.json        written before the first entry of the top folder
+                                          (``intervals``, ``offsets``...) leaves for a segment:
+                                          what the planner asks, without reading segments
 
 An entry's bucket is a hash of its first two path parts (``offsets/00000005.json``,
 ``claims/<hash>.json``, ``batches/<batch key>``), taken modulo :data:`BUCKETS`, so the
@@ -33,7 +36,7 @@ from airflow_eod.core import bounded_json
 from airflow_eod.core.attempt import current_attempt_id
 from airflow_eod.core.batch import fingerprint
 from airflow_eod.core.errors import PlanLogError
-from airflow_eod.core.storage import NotFound, Storage, put_settled
+from airflow_eod.core.storage import NotFound, Storage, UnknownOutcome, put_settled
 
 SEGMENT_FORMAT = "eod-plan-segment/1"
 BUCKETS = 64
@@ -185,10 +188,22 @@ class Segments:
                     out.add(rel[len(prefix) :].split("/")[0])
         return out
 
+    def _folder_mark(self, folder: str) -> str:
+        return f"{self.root}/segments/folders/{folder}.json"
+
+    def mark(self, folder: str) -> None:
+        """Record that segments hold entries of the top folder ``folder`` (write-once, before
+        the first of them is deleted), so :meth:`holds` answers without reading a segment."""
+        if self.storage.head(self._folder_mark(folder)) is None:
+            try:
+                self.storage.put_if_absent(self._folder_mark(folder), b"{}")
+            except UnknownOutcome:  # any writer's mark says the same: only its presence counts
+                if self.storage.head(self._folder_mark(folder)) is None:
+                    raise
+
     def holds(self, folder: str) -> bool:
-        """Whether segments hold entries under the top folder ``folder`` (one request when no
-        segment exists)."""
-        return self.present() and bool(self.names_under(folder))
+        """Whether segments hold entries under the top folder ``folder``: one request."""
+        return self.storage.head(self._folder_mark(folder)) is not None
 
     def write(self, bucket: str, generation: int, entries: dict[str, str]) -> bool:
         """Write generation ``generation`` of ``bucket`` holding ``entries`` unless it exists

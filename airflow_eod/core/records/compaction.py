@@ -174,6 +174,8 @@ def _compact_buckets(
                 return False
             gen, report.compacted, report.segments = gen + 1, report.compacted + len(new), report.segments + 1
             fault_point("compaction_after_segment")
+        for folder in sorted({rel.split("/")[0] for rel in group}):
+            segs.mark(folder)  # before any of its entries goes: boundary_kinds reads the mark
         for rel in group:
             # The segment holds it (a zombie's other bytes included: the segment's wins).
             report.deleted += plan_log.storage.delete(f"{segs.root}/{rel}")
