@@ -213,13 +213,13 @@ def test_malformed_records_reach_a_quarantine_table_on_s3_once_across_a_crash(
 def test_jdbc_batches_into_a_store_survive_a_crash_and_follow_the_key_frontier(
     spark: Any, postgres: Any, store_table: TableRef, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The other source: key-range batches from PostgreSQL into the S3 table, a crash at a
-    boundary and its retry, then the next range; the table against PostgreSQL row by row."""
+    """The other source: key-range batches from PostgreSQL into the store's table, a crash at
+    a boundary and its retry, then the next range; the table against PostgreSQL row by row."""
     from airflow_eod.sources import Credentials, JdbcIncrementalSource, ReadContext
     from airflow_eod.spark.load_spec import LoadSettings, LoadSpec
     from tests.support.jdbc_helpers import check_against_postgres, create_orders, insert_orders
 
-    name = f"orders_s3_{point}"
+    name = f"orders_{store_table.scheme}_{point}"  # one source table per store and point
     create_orders(postgres, name)
     insert_orders(postgres, name, range(1, 61))
     src = JdbcIncrementalSource(url=postgres.jdbc_url, table=name, key_column="id", max_rows_per_batch=40)
