@@ -175,7 +175,7 @@ def test_an_object_store_load_refuses_what_it_does_not_do_yet(s3_server: Any) ->
         check_object_store_load(local, engine="delta-rs", execution="local", quarantine="s3://b/q")
 
 
-@pytest.mark.parametrize("point", ["after_stage", "after_commit"])
+@pytest.mark.parametrize("point", ["before_write", "after_stage", "before_commit", "after_commit"])
 def test_malformed_records_reach_a_quarantine_table_on_s3_once_across_a_crash(
     spark: Any, landing: str, s3_table: TableRef, s3_server: Any, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -254,12 +254,14 @@ def test_jdbc_batches_into_a_store_survive_a_crash_and_follow_the_key_frontier(
     assert _history(store_table) == 2 and audit_table(store_table).ok
 
 
+@pytest.mark.parametrize("point", [None, "after_stage", "after_commit"])
 def test_odd_partition_values_are_staged_under_plain_ascii_keys_on_a_store(
-    spark: Any, landing: str, s3_table: TableRef
+    spark: Any, landing: str, s3_table: TableRef, point: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a file system the partition folder is renamed to the spelling every Delta writer
     reads alike (``customer=%E6%97%A5``); on a store each staged object moves to that key (a
-    copy and a delete), and the table reads back the values themselves."""
+    copy and a delete), and the table reads back the values themselves, also when the attempt
+    that moved them crashed after staging or after its commit and a retry finished."""
     values = ["日本", "ü ß", "a%b", "a+b", "k=v", "plain"]
     with open(f"{landing}/orders-odd.csv", "w") as fh:
         fh.write("order_id,customer,amount,order_date,ordered_at\n")
@@ -267,8 +269,14 @@ def test_odd_partition_values_are_staged_under_plain_ascii_keys_on_a_store(
             fh.write(f"{i},{v},1.00,2026-11-01,2026-11-01T00:00:00.000000Z\n")
     source = orders_source(landing)
     plan = plan_for(source, s3_table)  # type: ignore[arg-type]
-    result = run_load(spark, spec_for(source, s3_table, plan, partition_by=["customer"]))  # type: ignore[arg-type]
-    assert result.outcome == "committed" and result.rows == len(values)
+    if point is not None:
+        monkeypatch.setenv("EOD_FAULTPOINTS", f"{point}=raise@1")
+        with pytest.raises(InjectedFault):
+            run_load(spark, spec_for(source, s3_table, plan, partition_by=["customer"]))  # type: ignore[arg-type]
+    retry = spec_for(source, s3_table, plan, try_number=2, partition_by=["customer"])  # type: ignore[arg-type]
+    result = run_load(spark, retry)
+    assert result.outcome == ("already_committed" if point == "after_commit" else "committed")
+    assert result.rows == len(values) and _history(s3_table) == 1
     dt = DeltaTable(s3_table.location, storage_options=s3_table.storage_options)
     import pyarrow as pa
 
