@@ -33,6 +33,7 @@ from airflow_eod.core.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class BatchStatus:
     """The table's answer for one batch.

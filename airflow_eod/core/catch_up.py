@@ -113,7 +113,5 @@ def load_batches(
             result.rows,
         )
         index += 1
-    log.info(
-        "catch-up: stopped after %d batch(es) (max_batches_per_run); the next run goes on", len(results)
-    )
+    log.info("catch-up: stopped after %d batch(es) (max_batches_per_run); the next run goes on", len(results))
     return CatchUpResult(results[-1], results, drained=False)

@@ -43,6 +43,8 @@ _passes_spec = [""]
 def reset_counts() -> None:
     """Forget how often the points were reached (for ``#K``)."""
     _passes.clear()
+
+
 POINTS = (
     "after_plan",
     "before_write",

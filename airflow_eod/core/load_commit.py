@@ -30,11 +30,12 @@ from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, BatchRefusedError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.merge_files import MergeBase, MergeConflict, conflict
 from airflow_eod.core.planlog.retention import DEFAULT_RETENTION, RETENTION_KEY
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.records.compaction import maybe_compact
 from airflow_eod.core.records.store import CommitRecord, write_record
-from airflow_eod.core.replaced_files import refuse_dropping_landed_files, replaced_files
+from airflow_eod.core.replaced_files import live_files, refuse_dropping_landed_files, replaced_files
 from airflow_eod.core.staged_files import StagedBatch
 from airflow_eod.core.storage import requests_logged
 from airflow_eod.core.table_ref import TableRef
@@ -145,6 +146,7 @@ def commit_batch(
     table_configuration: Mapping[str, str] | None = None,
     replace_previous: bool = False,
     schema_policy: str = table_compat.SCHEMA_FAIL,
+    merge: MergeBase | None = None,
 ) -> tuple[bool, BatchStatus]:
     """Commit ``staged`` as ``batch`` at ``generation`` unless the table already has it.
 
@@ -152,6 +154,10 @@ def commit_batch(
         removed in the same commit that adds the new ones.
     :param schema_policy: ``fail``, or ``add_columns`` to add new nullable columns in the
         same commit as the data.
+    :param merge: a merge load's read (:mod:`airflow_eod.spark.merge_job`): the files it
+        rewrote are removed in the commit, which is refused with
+        :class:`~airflow_eod.core.merge_files.MergeConflict` once another writer changed
+        them (or added a file that may hold the batch's keys) since the read.
     :returns: ``(we_committed, status)`` where ``status`` is the table's answer after the
         commit (or the answer that showed the batch was already there).
     """
@@ -165,7 +171,20 @@ def commit_batch(
             table_configuration=table_configuration,
             replace_previous=replace_previous,
             schema_policy=schema_policy,
+            merge=merge,
         )
+
+
+def _merge_removes(table: TableLog | None, merge: MergeBase, label: str) -> list[RemoveAction]:
+    """The removes of a merge's commit on ``table``, or :class:`MergeConflict` when another
+    writer's commit since the merge's read touched what it rewrote."""
+    if table is not None and table.version() == merge.version:
+        return merge.removes
+    # Another writer committed since the read: only the full snapshot tells which files changed.
+    why = conflict(merge, None if table is None else live_files(table.snapshot()))
+    if why is not None:
+        raise MergeConflict(label, f"{why}; nothing was committed")
+    return merge.removes
 
 
 def _commit_batch(
@@ -178,6 +197,7 @@ def _commit_batch(
     table_configuration: Mapping[str, str] | None = None,
     replace_previous: bool = False,
     schema_policy: str = table_compat.SCHEMA_FAIL,
+    merge: MergeBase | None = None,
 ) -> tuple[bool, BatchStatus]:
     config = {RETENTION_KEY: DEFAULT_RETENTION, **(table_configuration or {})}
     store = ref.storage()
@@ -200,6 +220,8 @@ def _commit_batch(
             return False, status
         try:
             if table is None:
+                if merge is not None:
+                    _merge_removes(table, merge, batch.label)
                 if not _create_table(ref, batch, generation, staged, manifest, config, adds):
                     log.info("batch %s: another attempt created the table first; asking again", batch)
                     continue
@@ -211,6 +233,8 @@ def _commit_batch(
                 )
                 _check_not_nulls(table, staged, batch.label)
                 removes: list[RemoveAction] = []
+                if merge is not None:
+                    removes = _merge_removes(table, merge, batch.label)
                 if replace_previous:
                     refuse_dropping_landed_files(status, manifest, batch.label)
                     removes = replaced_files(table, batch, status, batch.label)
@@ -221,7 +245,17 @@ def _commit_batch(
                             "normal load first, or alter the table",
                         )
                 fault_point("before_commit")
-                if not write_commit(table, batch, generation, manifest, adds, removes, schema_json=widened):
+                operation = "MERGE" if merge is not None else "WRITE"
+                if not write_commit(
+                    table,
+                    batch,
+                    generation,
+                    manifest,
+                    adds,
+                    removes,
+                    schema_json=widened,
+                    operation=operation,
+                ):
                     log.info(
                         "batch %s: commit lost a race for version %d; asking again",
                         batch,
@@ -266,6 +300,3 @@ def _commit_batch(
         f"gave up after {MAX_COMMIT_ROUNDS} commit rounds lost to concurrent writers; "
         "nothing was committed, the next attempt will ask and try again",
     )
-
-
-

@@ -16,6 +16,7 @@ from airflow_eod.core.table_ref import TableRef
 
 Engine = Literal["delta-rs", "delta-spark"]
 SchemaDrift = Literal["fail", "add_columns"]
+WriteMode = Literal["append", "merge"]
 Boundary = Literal["offsets", "interval"]
 FileFormat = Literal["csv", "json", "parquet"]
 KeyType = Literal["integer", "timestamp"]

@@ -41,7 +41,9 @@ def _object_location(uri: str, scheme: str, rest: str) -> str:
     if not bucket or not parts:
         # A table at a bucket's root would share it with everything else in the bucket, and
         # the clean-up and the plan log assume a root of their own.
-        raise ConfigurationError(f"table URI {uri!r} names no folder in the bucket: use {scheme}://bucket/table")
+        raise ConfigurationError(
+            f"table URI {uri!r} names no folder in the bucket: use {scheme}://bucket/table"
+        )
     if any(p in (".", "..") or "\\" in p for p in parts) or "%" in rest or "?" in rest or "#" in rest:
         raise ConfigurationError(
             f"table URI {uri!r}: a '.', '..', '%', '?' or '#' in the path is refused (delta-rs and "

@@ -22,6 +22,7 @@ from airflow_eod.core import spec_files
 from airflow_eod.core.catch_up import CatchUpResult, load_batches
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
+from airflow_eod.core.merge_rules import merge_rules
 from airflow_eod.core.options import (
     ENGINES,
     EXECUTION_MODES,
@@ -29,6 +30,7 @@ from airflow_eod.core.options import (
     Engine,
     Execution,
     SchemaDrift,
+    WriteMode,
     check_catch_up,
     check_engine_options,
     check_object_store_load,
@@ -110,6 +112,18 @@ class BaseDeltaLoadOperator(BaseOperator):
     :param interval_start: (templated) explicit batch interval start, for manual runs
         without a logical date (ISO 8601 with a time zone).
     :param interval_end: (templated) explicit batch interval end.
+    :param write_mode: ``append`` (default: every batch adds its rows) or ``merge`` (an
+        upsert: each batch row replaces the table's row of its key when it is newer by
+        ``order_by``; see docs/merge-loads.md).
+    :param merge_keys: the business key of a merge load (one column or several).
+    :param order_by: a merge load's ordering column (``updated_at``, a CDC sequence
+        number): a row replaces the table's row of its key only when its value is greater,
+        so replays and backfills in any order never regress a row.
+    :param delete_when: a merge load's delete marker: a boolean column or a Spark SQL
+        expression such as ``"op = 'D'"``; a row for which it is true deletes its key.
+    :param keep_tombstones: keep a deleting row in the table as a tombstone (default), so
+        an older insert of the key loaded later does not bring it back; readers filter them
+        with ``NOT (<delete_when>)``.
     :param storage_conn_id: (templated) for a table on an object store (``s3://``, ``az://``,
         ``abfss://``, ``gs://``), the Airflow connection its credentials come from (an
         ``aws``, ``wasb``/``adls`` or ``google_cloud_platform`` connection, see
@@ -153,6 +167,11 @@ class BaseDeltaLoadOperator(BaseOperator):
         catch_up: bool = False,
         max_batches_per_run: int | None = None,
         storage_conn_id: str | None = None,
+        write_mode: WriteMode = "append",
+        merge_keys: Sequence[str] | str | None = None,
+        order_by: str | None = None,
+        delete_when: str | None = None,
+        keep_tombstones: bool = True,
         **kwargs: Any,
     ) -> None:
         # What can be checked without running is checked here, when the DAG is parsed: a
@@ -166,6 +185,7 @@ class BaseDeltaLoadOperator(BaseOperator):
             quarantine_table_uri=quarantine_table_uri,
         )
         choice("schema_drift", schema_drift, SCHEMA_POLICIES)
+        merge_rules(write_mode, merge_keys, order_by, delete_when, keep_tombstones)  # refused at parse time
         check_table_uri("table_uri", table_uri)
         check_table_uri("quarantine_table_uri", quarantine_table_uri)
         if "outlets" not in kwargs and not is_template(table_uri):
@@ -206,6 +226,11 @@ class BaseDeltaLoadOperator(BaseOperator):
         self.quarantine_table_uri = quarantine_table_uri
         self.interval_start = interval_start
         self.interval_end = interval_end
+        self.write_mode = write_mode
+        self.merge_keys = [merge_keys] if isinstance(merge_keys, str) else list(merge_keys or [])
+        self.order_by = order_by
+        self.delete_when = delete_when
+        self.keep_tombstones = keep_tombstones
 
     # -- what subclasses provide ---------------------------------------------------
     def build_source(self) -> Source:
@@ -278,6 +303,11 @@ class BaseDeltaLoadOperator(BaseOperator):
             table_configuration=self.table_configuration,
             schema_drift=self.schema_drift,
             quarantine_table_uri=self.quarantine_table_uri,
+            write_mode=self.write_mode,
+            merge_keys=self.merge_keys,
+            order_by=self.order_by,
+            delete_when=self.delete_when,
+            keep_tombstones=self.keep_tombstones,
         )
 
     def execute(self, context: Any) -> dict[str, Any]:

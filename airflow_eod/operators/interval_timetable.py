@@ -54,8 +54,7 @@ def zero_length_reason(timetable: Any) -> str | None:
         inner = list(getattr(timetable, "timetables", getattr(timetable, "_timetables", [])) or [])
         if inner and all(not _interval_of(t) for t in inner):
             return (
-                f"its MultipleCronTriggerTimetable ({timetable!r}) gives start == end: no interval= was "
-                "given"
+                f"its MultipleCronTriggerTimetable ({timetable!r}) gives start == end: no interval= was given"
             )
         return None
     if any(name in names for name in _TRIGGERS) and not _interval_of(timetable):

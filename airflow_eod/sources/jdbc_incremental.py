@@ -44,6 +44,7 @@ from airflow_eod.sources.jdbc_url import check_jdbc_url
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class JdbcIncrementalSource(JdbcQueries):
     """A database table read through JDBC, in batches of a monotonic key.
@@ -122,7 +123,6 @@ class JdbcIncrementalSource(JdbcQueries):
         upper = f"{self._k} <= {sql_literal(boundary['high'], self.key_type, zoned)}"
         return upper if low is None else f"{self._k} > {sql_literal(low, self.key_type, zoned)} AND {upper}"
 
-
     def _count(self, ctx: ReadContext, boundary: dict[str, Any], label: str | None) -> int:
         def sql(zoned: bool) -> str:
             return f"SELECT COUNT(*) AS n FROM {self._t} WHERE {self._range(boundary, zoned)}"
@@ -168,8 +168,7 @@ class JdbcIncrementalSource(JdbcQueries):
         if self.null_keys == "fail":
             raise NullKeyError(
                 label,
-                f"{what}, and null_keys='fail': nothing was loaded. To go on, {fix}, or set "
-                "null_keys='warn'",
+                f"{what}, and null_keys='fail': nothing was loaded. To go on, {fix}, or set null_keys='warn'",
             )
         log.warning("batch %s: %s (null_keys='warn'); %s", label, what, fix)
 

@@ -71,7 +71,6 @@ def _dbapi() -> Any:
     return None
 
 
-
 class JdbcQueries:
     """The queries of :class:`~airflow_eod.sources.jdbc_incremental.JdbcIncrementalSource`,
     which provides the fields below."""
@@ -89,7 +88,6 @@ class JdbcQueries:
     @property
     def _k(self) -> str:
         return quote_identifier(self.key_column, "key column")
-
 
     def _query(self, ctx: ReadContext, build: Callable[[bool], str], label: str | None) -> list[Any]:
         """The one row a statement returns. Planning and the input check ask for one row; a
@@ -232,4 +230,3 @@ class JdbcQueries:
         if value is None or isinstance(value, int | str):
             return value
         return str(value.toString())  # BigDecimal and friends
-

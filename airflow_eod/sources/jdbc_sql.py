@@ -68,4 +68,3 @@ def sql_literal(value: Any, key_type: str, zoned: bool = False) -> str:
         ts = ts.astimezone(UTC).replace(tzinfo=None)
     text = ts.strftime("%Y-%m-%d %H:%M:%S.%f")
     return f"TIMESTAMP WITH TIME ZONE '{text}+00:00'" if zoned else f"TIMESTAMP '{text}'"
-

@@ -83,12 +83,11 @@ def read_jdbc_batch(source: JdbcIncrementalSource, plan: Plan, ctx: ReadContext)
     else:
         read, digest = df.count(), None
     planned = str(frozen.get("fingerprint", ""))
-    if read != int(frozen["rows"]) or (
-        digest is not None and f"{FINGERPRINT_SCHEME}:{digest}" != planned
-    ):
+    if read != int(frozen["rows"]) or (digest is not None and f"{FINGERPRINT_SCHEME}:{digest}" != planned):
         what = (
-            f"{read} rows" if read != int(frozen["rows"]) else
-            f"the planned {read} rows with other content (fingerprint {FINGERPRINT_SCHEME}:{digest}, "
+            f"{read} rows"
+            if read != int(frozen["rows"])
+            else f"the planned {read} rows with other content (fingerprint {FINGERPRINT_SCHEME}:{digest}, "
             f"planned {planned})"
         )
         raise InputChangedError(

@@ -59,7 +59,6 @@ if TYPE_CHECKING:
     from airflow_eod.core.planlog.store import Plan
 
 
-
 # -- the batch -----------------------------------------------------------------------------
 def read_landing_batch(
     spark: SparkSession,
@@ -393,8 +392,10 @@ def _read_parquet(
     if not carriers:
         return reader.schema(declared).load(uris)
     holders = sorted({p for held in carriers.values() for p in held})
-    merged = spark.read.format("parquet").option("mergeSchema", "true").load(
-        [files.spark_path(p) for p in holders]
+    merged = (
+        spark.read.format("parquet")
+        .option("mergeSchema", "true")
+        .load([files.spark_path(p) for p in holders])
     )
     extras = [f for f in merged.schema.fields if f.name.lower() in carriers]
     if schema_drift != SCHEMA_ADD_COLUMNS:

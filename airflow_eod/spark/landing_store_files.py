@@ -88,4 +88,3 @@ def landing_files(spark: SparkSession, source: LandingFilesSource, plan: Plan) -
     spark_root = "/".join(scheme_bucket + prefix)
     sizes = {str(e.get("path")): int(e.get("size") or 0) for e in plan.inputs}
     return StoreFiles(landing=landing, spark_root=spark_root, sizes=sizes)
-

@@ -102,6 +102,15 @@ def _write(
     """Stage and commit ``spark_df``. A staging write that fails is explained by ``split``
     (malformed records, for a batch read FAILFAST) before it is raised."""
     batch = plan.key
+    rules = spec.settings.merge
+    if rules is not None and spec.settings.engine == "delta-rs":
+        from airflow_eod.spark.merge_job import merge_batch
+
+        return merge_batch(spark_df, spec, plan, manifest, source, ctx, rules, _partitioning(spec))
+    if rules is not None:
+        raise ConfigurationError(
+            f"batch {batch.label}: write_mode='merge' is not offered with engine='delta-spark' yet"
+        )
     if spec.settings.engine == "delta-spark":
         from airflow_eod.spark.delta_spark_engine import write_with_delta_spark
 
@@ -229,7 +238,9 @@ def _run_load(
         # drop columns (whose malformed values Spark's parser then never flags) or run
         # actions of its own; the quarantine needs the bad rows themselves; and delta-spark
         # commits inside its write. Those count up front, over persisted rows.
-        if fn is None and spec.settings.engine == "delta-rs" and spec.settings.quarantine_table_uri is None:
+        # A merge counts and reads its batch before its write: it counts malformed records up front.
+        single = spec.settings.engine == "delta-rs" and spec.settings.merge is None
+        if fn is None and single and spec.settings.quarantine_table_uri is None:
             fast = replace(ctx, fail_fast=True)
             split = single_pass(
                 read_batch(source, plan, fast), batch.label, lambda: read_batch(source, plan, ctx)

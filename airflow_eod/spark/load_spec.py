@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_eod.core.attempt import current_attempt_id
 from airflow_eod.core.delta.compat import SCHEMA_FAIL
 from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.merge_rules import APPEND, MergeRules, merge_rules
 from airflow_eod.core.options import ENGINES, SCHEMA_POLICIES, check_engine_options, choice
 from airflow_eod.core.planlog.store import Plan
 from airflow_eod.core.table_layout import path_part
@@ -38,6 +39,12 @@ class LoadSettings:
     :param table_configuration: table properties for a table this load creates.
     :param schema_drift: ``fail`` or ``add_columns``.
     :param quarantine_table_uri: where malformed records go; unset: they fail the batch.
+    :param write_mode: ``append`` (default) or ``merge`` (an upsert by ``merge_keys``).
+    :param merge_keys: the business key of a merge load.
+    :param order_by: a merge load's ordering column: newer rows replace older ones.
+    :param delete_when: a merge load's delete marker (a column or a Spark SQL expression).
+    :param keep_tombstones: keep deleting rows as tombstones (see
+        :class:`~airflow_eod.core.merge_rules.MergeRules`).
     """
 
     partition_by: Sequence[str] = ()
@@ -48,11 +55,25 @@ class LoadSettings:
     table_configuration: Mapping[str, str] = field(default_factory=dict)
     schema_drift: str = SCHEMA_FAIL
     quarantine_table_uri: str | None = None
+    write_mode: str = APPEND
+    merge_keys: Sequence[str] = ()
+    order_by: str | None = None
+    delete_when: str | None = None
+    keep_tombstones: bool = True
 
     def __post_init__(self) -> None:
         # Copies: a list or dict the caller goes on changing does not change the settings.
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
         object.__setattr__(self, "table_configuration", dict(self.table_configuration))
+        keys = (self.merge_keys,) if isinstance(self.merge_keys, str) else tuple(self.merge_keys or ())
+        object.__setattr__(self, "merge_keys", keys)
+
+    @property
+    def merge(self) -> MergeRules | None:
+        """The merge rules of a merge load; ``None`` for an append."""
+        return merge_rules(
+            self.write_mode, self.merge_keys, self.order_by, self.delete_when, self.keep_tombstones
+        )
 
 
 @dataclass
@@ -84,6 +105,7 @@ class LoadSpec:
             restate=self.restate,
             quarantine_table_uri=self.settings.quarantine_table_uri,
         )
+        _ = self.settings.merge  # refuses merge settings that do not fit together
         if self.quarantine_table is not None and self.quarantine_table == self.table:
             raise ConfigurationError("quarantine_table_uri must be another table than table_uri")
         if not self.attempt_id:
@@ -125,6 +147,7 @@ class LoadSpec:
         # The settings stay flat in the JSON, as a driver of the previous release reads them.
         data.update({f.name: getattr(settings, f.name) for f in fields(settings)})
         data["partition_by"] = list(settings.partition_by)
+        data["merge_keys"] = list(settings.merge_keys)
         return json.dumps(data, sort_keys=True)
 
     @classmethod

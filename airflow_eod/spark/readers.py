@@ -65,9 +65,7 @@ REGISTRY: Mapping[str, SourceKind] = {
 
 if {kind: k.source for kind, k in REGISTRY.items()} != SOURCE_KINDS:
     # A kind planning knows but no reader reads would fail every load of it, after planning.
-    raise ImportError(
-        f"the source kinds {sorted(SOURCE_KINDS)} and the readers {sorted(REGISTRY)} disagree"
-    )
+    raise ImportError(f"the source kinds {sorted(SOURCE_KINDS)} and the readers {sorted(REGISTRY)} disagree")
 
 
 def reader_for(source: Source) -> SourceKind:

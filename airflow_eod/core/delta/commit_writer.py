@@ -109,14 +109,16 @@ def write_commit(
     removes: Sequence[RemoveAction] = (),
     *,
     schema_json: str | None = None,
+    operation: str = "WRITE",
 ) -> bool:
     """Write the commit that follows ``table``'s version; ``False`` if another writer took it.
 
     :param table: the snapshot the marker was checked against.
     :param schema_json: a widened table schema, carried in a ``metaData`` action.
+    :param operation: the ``commitInfo`` operation: ``WRITE``, or ``MERGE`` for a merge load.
     """
     now = int(time.time() * 1000)
-    params: dict[str, Any] = {"mode": "Append"}
+    params: dict[str, Any] = {"mode": "Append"} if operation == "WRITE" else {}
     if schema_json is not None:
         params["schemaEvolution"] = "addColumns"
     info: dict[str, Any] = {}
@@ -128,7 +130,7 @@ def write_commit(
             "commitInfo": {
                 **info,
                 "timestamp": now if stamp is None else stamp,
-                "operation": "WRITE",
+                "operation": operation,
                 "operationParameters": params,
                 "readVersion": table.version(),
                 "userMetadata": manifest.to_user_metadata(),

@@ -189,9 +189,7 @@ class Storage(Protocol):
         ...
 
 
-def object_lines(
-    store: Storage, key: str, size: int, *, limit: int, chunk: int = 8 << 20
-) -> Iterator[bytes]:
+def object_lines(store: Storage, key: str, size: int, *, limit: int, chunk: int = 8 << 20) -> Iterator[bytes]:
     """The lines of the object at ``key`` (each with its ``\\n``, the last one perhaps
     without), read in ranges of ``chunk`` bytes up to ``size`` (its size when the caller
     looked: what was appended since is not read); :class:`BoundError` at the first line

@@ -254,10 +254,13 @@ class ObjectStorage:
                 # obstore lists "d/" by path segments: "dd/..." is not under it; checked anyway.
                 if directory and not key.startswith(directory + "/"):
                     continue
-                yield key, Head(
-                    int(meta["size"]),
-                    int(meta["last_modified"].timestamp() * 1e9),
-                    str(meta["e_tag"] or ""),
+                yield (
+                    key,
+                    Head(
+                        int(meta["size"]),
+                        int(meta["last_modified"].timestamp() * 1e9),
+                        str(meta["e_tag"] or ""),
+                    ),
                 )
 
     def has_prefix(self, prefix: str) -> bool:
@@ -424,4 +427,3 @@ def default_retry() -> dict[str, Any]:
     from datetime import timedelta
 
     return {"max_retries": 3, "retry_timeout": timedelta(seconds=30)}
-
