@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from deltalake import DeltaTable
 from deltalake.transaction import RemoveAction
 
+from airflow_eod.core.delta.deletion_vectors import deleted_rows
 from airflow_eod.core.errors import BatchError, BatchRefusedError
-from airflow_eod.core.replaced_files import _partition_string
+from airflow_eod.core.replaced_files import live_files, partition_string
+from airflow_eod.core.table_ref import TableRef
 
 # Delta Spark writes timestamp statistics truncated to the millisecond: a key a little past
 # a file's stated maximum may be in it.
@@ -37,18 +40,17 @@ class MergeConflict(BatchError):
 def file_id(add: dict[str, Any]) -> tuple[Any, ...]:
     """What tells one version of a live file from another: a deletion vector added to a file
     (another writer's DELETE or UPDATE in place) keeps its path but changes this."""
-    return (add["log_path"], add.get("size_bytes"), add.get("modification_time"), _dv_of(add))
+    return (add["log_path"], add.get("size_bytes"), add.get("modification_time"), add.get("deleted_rows", 0))
 
 
-def _dv_of(add: dict[str, Any]) -> Any:
-    dv = add.get("deletion_vector")
-    if isinstance(dv, dict):
-        return dv.get("path_or_inline_dv") or (dv.get("storage_type") and tuple(sorted(dv.items())))
-    return dv
-
-
-def has_deletion_vector(add: dict[str, Any]) -> bool:
-    return bool(_dv_of(add))
+def merge_live_files(ref: TableRef, snapshot: DeltaTable) -> list[dict[str, Any]]:
+    """The snapshot's live files (:func:`~airflow_eod.core.replaced_files.live_files`), each
+    with ``deleted_rows``: the rows a deletion vector hides in it (0 without one)."""
+    live = live_files(snapshot)
+    hidden = deleted_rows(ref, snapshot)
+    for a in live:
+        a["deleted_rows"] = hidden.get(a["path"], 0)
+    return live
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ class MergeBase:
                 True,
                 now,
                 a.get("size_bytes"),
-                {k: _partition_string(v) for k, v in (a.get("partition_values") or {}).items()} or None,
+                {k: partition_string(v) for k, v in (a.get("partition_values") or {}).items()} or None,
             )
             for a in self.rewritten
         ]
@@ -171,7 +173,7 @@ def conflict(base: MergeBase, live_now: list[dict[str, Any]] | None) -> str | No
 def refuse_deletion_vectors(rewritten: list[dict[str, Any]], label: str) -> None:
     """The delta-rs engine rewrites whole files and cannot read a deletion vector: a file
     with one is refused by the feature's name."""
-    marked = [a["log_path"] for a in rewritten if has_deletion_vector(a)]
+    marked = [a["log_path"] for a in rewritten if a.get("deleted_rows")]
     if marked:
         raise BatchRefusedError(
             label,

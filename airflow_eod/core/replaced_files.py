@@ -22,7 +22,7 @@ from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.table_layout import batch_dir
 
 
-def _partition_string(value: object) -> str | None:
+def partition_string(value: object) -> str | None:
     """A partition value as the string Delta keeps in the log."""
     if value is None:
         return None
@@ -34,12 +34,16 @@ def _partition_string(value: object) -> str | None:
 
 
 def live_files(table: DeltaTable) -> list[dict[str, Any]]:
-    """The snapshot's add actions, with ``path`` decoded to the file's path on disk and
-    ``log_path`` the path exactly as the log's ``add`` spells it."""
+    """The snapshot's add actions, with ``path`` decoded to the file's path on disk,
+    ``log_path`` the path exactly as the log's ``add`` spells it, and ``partition_values``
+    the file's partition values (typed)."""
     adds: list[dict[str, Any]] = pa.table(table.get_add_actions(flatten=False)).to_pylist()
     for a in adds:
         a["log_path"] = a["path"]
         a["path"] = unquote(a["path"])
+        # deltalake names the file's partition values "partition" (a struct, absent for an
+        # unpartitioned table); the removes built from these entries must carry them.
+        a.setdefault("partition_values", a.get("partition") or {})
     return adds
 
 
@@ -59,7 +63,7 @@ def batch_files(table: DeltaTable, batch: BatchKey, extra: Sequence[str] = ()) -
     for a in live_files(table):
         if not a["path"].startswith(prefix) and a["path"] not in wanted:
             continue
-        parts = {k: _partition_string(v) for k, v in (a.get("partition_values") or {}).items()}
+        parts = {k: partition_string(v) for k, v in (a.get("partition_values") or {}).items()}
         # The log's own spelling of the path: delta-rs matches a remove to its add by the
         # string, and writers spell the same file differently (Delta Spark leaves "part=é"
         # as it is, a percent-encoded "part=%C3%A9" would remove nothing for delta-rs).

@@ -57,3 +57,26 @@ def ask_key(table: str, result: Any) -> Any:
     from airflow_eod.core.batch import BatchKey
 
     return BatchKey("tests.merge", result.batch_key)
+
+
+def test_a_partitioned_table_keeps_its_partition_values_when_files_are_rewritten(
+    spark: Any, tmp_path: Any, table: str
+) -> None:
+    """The rewritten files' rows get their partition values from the log (they are not in
+    the Parquet files), and an update that moves a key to another partition leaves one row."""
+    landing = str(tmp_path / "landing")
+    first = [(i, f"p{i % 3}", i, 1, "I") for i in range(1, 31)]
+    write_changes(landing, "c-0001.csv", first)
+    assert _load(spark, landing, table, "run-1", partition_by=["name"]).outcome == "committed"
+    second = [(2, "p0", 2000, 5, "U"), (3, "p1", 3000, 5, "U"), (4, "p1", 4000, 5, "D")]
+    write_changes(landing, "c-0002.csv", second)
+    assert _load(spark, landing, table, "run-2", partition_by=["name"]).outcome == "committed"
+    got = check_merge(table, first + second)
+    assert got.ok, got
+    # Every remove of the merge commit names the partition values of the file it removes.
+    from deltalake import DeltaTable
+
+    version = DeltaTable(table).version()
+    lines = [json.loads(x) for x in open(os.path.join(table, "_delta_log", f"{version:020d}.json"))]
+    removes = [a["remove"] for a in lines if "remove" in a]
+    assert removes and all(r["partitionValues"].get("name") in {"p0", "p1", "p2"} for r in removes)
