@@ -97,32 +97,71 @@ def check_batch(df: DataFrame, rules: MergeRules, label: str) -> None:
         )
 
 
+def _row_hash(df: DataFrame) -> Column:
+    """A hash of a row's content over its columns in name order: the tie-break between rows
+    of one key with one ordering value, the same for a row however it reached Spark (a batch
+    aligned to the table's columns, or the table's file)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import MapType
+
+    types = {f.name: f.dataType for f in df.schema.fields}
+    # xxhash64 takes any type but a map; a map is hashed through its JSON.
+    cols = [F.to_json(F.col(c)) if isinstance(types[c], MapType) else F.col(c) for c in sorted(types)]
+    return F.xxhash64(*cols)
+
+
 def newest_per_key(df: DataFrame, rules: MergeRules) -> DataFrame:
-    """One row per key: the greatest ordering value; a tie is broken by the rows' content,
-    so that every attempt of the batch keeps the same row."""
+    """One row per key: the greatest ordering value; a tie is broken by a hash of the rows'
+    content (64 bits: distinct rows of one key and one ordering value that collide in it,
+    about one in 10^19, are the only pair no rule orders), so that every attempt of the
+    batch keeps the same row."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    content = F.to_json(F.struct(*[F.col(c) for c in df.columns]))
-    window = Window.partitionBy(*rules.keys).orderBy(
-        F.col(rules.order_by).desc(), F.xxhash64(content).desc(), content.desc()
-    )
+    window = Window.partitionBy(*rules.keys).orderBy(F.col(rules.order_by).desc(), _row_hash(df).desc())
     return df.withColumn(_RANK, F.row_number().over(window)).where(F.col(_RANK) == 1).drop(_RANK)
+
+
+def _aligned(df: DataFrame, fields: list[Any]) -> DataFrame:
+    """``df`` with exactly ``fields`` (name and type), in their order; a missing one null."""
+    from pyspark.sql import functions as F
+
+    have = set(df.columns)
+    return df.select(
+        *[(F.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name) for f in fields]
+    )
 
 
 def fold(table_rows: DataFrame, batch_rows: DataFrame, rules: MergeRules, *, ties_win: bool) -> DataFrame:
     """The rows that replace ``table_rows`` (the files the merge rewrites) once the batch's
-    newest rows per key (``batch_rows``) are folded in by the ordering rule."""
+    newest rows per key (``batch_rows``) are folded in by the ordering rule.
+
+    A batch row replaces the key's table rows when its ordering value is greater than the
+    greatest of theirs (a table row without one is older than any). Equal values: the row
+    with the greater content hash stays, whichever arrived first, so that batches commute;
+    in a restatement (``ties_win``) the restated row wins a tie instead.
+    """
     from pyspark.sql import functions as F
 
     keys, order = list(rules.keys), rules.order_by
-    newest = table_rows.groupBy(*keys).agg(F.max(order).alias(_TMAX))
-    newer = F.col(order) >= F.col(_TMAX) if ties_win else F.col(order) > F.col(_TMAX)
-    winners = batch_rows.join(newest, keys, "left").where(F.col(_TMAX).isNull() | newer).drop(_TMAX)
+    have = set(table_rows.columns)
+    fields = [*table_rows.schema.fields, *[f for f in batch_rows.schema.fields if f.name not in have]]
+    table_rows, batch_rows = _aligned(table_rows, fields), _aligned(batch_rows, fields)
+    rank = F.struct(F.col(order).alias("o"), _row_hash(table_rows).alias("h"))
+    newest = table_rows.groupBy(*keys).agg(F.max(rank).alias(_TMAX))
+    theirs = F.col(f"{_TMAX}.o")
+    if ties_win:
+        newer = F.col(order) >= theirs
+    else:
+        newer = (F.col(order) > theirs) | (
+            (F.col(order) == theirs) & (_row_hash(batch_rows) > F.col(f"{_TMAX}.h"))
+        )
+    joined = batch_rows.join(newest, keys, "left")
+    winners = joined.where(F.col(_TMAX).isNull() | theirs.isNull() | newer).drop(_TMAX)
     kept = table_rows.join(winners.select(*keys), keys, "left_anti")
     if rules.delete_when is not None and not rules.keep_tombstones:
         winners = winners.where(~is_delete(rules))
-    return kept.unionByName(winners, allowMissingColumns=True)
+    return kept.unionByName(winners)
 
 
 def _probe(batch_rows: DataFrame, rules: MergeRules, distinct_keys: int) -> KeyProbe:

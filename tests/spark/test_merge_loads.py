@@ -80,3 +80,24 @@ def test_a_partitioned_table_keeps_its_partition_values_when_files_are_rewritten
     lines = [json.loads(x) for x in open(os.path.join(table, "_delta_log", f"{version:020d}.json"))]
     removes = [a["remove"] for a in lines if "remove" in a]
     assert removes and all(r["partitionValues"].get("name") in {"p0", "p1", "p2"} for r in removes)
+
+
+def test_rows_tied_on_the_ordering_value_end_the_same_whichever_batch_comes_first(
+    spark: Any, tmp_path: Any
+) -> None:
+    """Two batches change one key with one ordering value but different content: the tie is
+    broken by the rows' content, never by arrival, so the two orders end alike (I9)."""
+    changes_a = [(1, "from-a", 10, 7, "U"), (2, "a2", 1, 1, "I")]
+    changes_b = [(1, "from-b", 20, 7, "U"), (1, "from-b-older", 0, 6, "U"), (3, "b3", 1, 1, "I")]
+    ends = []
+    for order in (("a", "b"), ("b", "a")):
+        table = str(tmp_path / f"table-{''.join(order)}")
+        landing = str(tmp_path / f"landing-{''.join(order)}")
+        for n, which in enumerate(order):
+            write_changes(landing, f"c-{n:04d}.csv", changes_a if which == "a" else changes_b)
+            assert _load(spark, landing, table, f"run-{n}").outcome == "committed"
+        from tests.support.merge_helpers import table_rows
+
+        ends.append(sorted((r["id"], r["name"], r["amount"], r["seq"]) for r in table_rows(table)))
+    assert ends[0] == ends[1]
+    assert [r for r in ends[0] if r[0] == 1][0][1] in {"from-a", "from-b"}
