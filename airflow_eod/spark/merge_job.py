@@ -27,8 +27,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from airflow_eod.core.ask import BatchStatus
+from airflow_eod.core.delta import compat as table_compat
 from airflow_eod.core.delta.table import open_table
-from airflow_eod.core.errors import BatchError, BatchRefusedError, MalformedInputError, UnsafePathError
+from airflow_eod.core.errors import (
+    BatchError,
+    BatchRefusedError,
+    ConfigurationError,
+    MalformedInputError,
+    UnsafePathError,
+)
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.load_commit import commit_batch
 from airflow_eod.core.manifest import Manifest
@@ -70,7 +77,7 @@ def is_delete(rules: MergeRules) -> Column:
 
     if rules.delete_when is None:
         return F.lit(False)
-    return F.coalesce(F.expr(rules.delete_when).cast("boolean"), F.lit(False))
+    return F.coalesce(F.expr(rules.delete_when), F.lit(False))
 
 
 def check_batch(df: DataFrame, rules: MergeRules, label: str) -> None:
@@ -84,6 +91,23 @@ def check_batch(df: DataFrame, rules: MergeRules, label: str) -> None:
             label,
             f"the batch has no column {', '.join(missing)} (merge_keys/order_by); its columns: {df.columns}",
         )
+    if rules.delete_when is not None:
+        from pyspark.sql.types import BooleanType
+
+        try:
+            kind = df.select(F.expr(rules.delete_when)).schema.fields[0].dataType  # analysed, not run
+        except Exception as exc:  # Spark's ParseException or AnalysisException
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigurationError(
+                f"batch {label}: delete_when {rules.delete_when!r} is not an expression of the "
+                f"batch's columns {df.columns}: {first}"
+            ) from exc
+        if not isinstance(kind, BooleanType):
+            # A string column ("op") cast to boolean reads null, and no row would ever delete.
+            raise ConfigurationError(
+                f"batch {label}: delete_when {rules.delete_when!r} is of type {kind.simpleString()}, "
+                "not boolean: give a boolean column or a condition such as \"op = 'D'\""
+            )
     nulls = F.lit(False)
     for c in (*rules.keys, rules.order_by):
         nulls = nulls | F.col(c).isNull()
@@ -215,9 +239,12 @@ def _with_partition_values(
     mapping = []
     for r in rows.select(_FILE).distinct().collect():
         spark_path = unquote(urlparse(r[0]).path)
-        match = [a for p, a in by_path.items() if spark_path.endswith("/" + p)]
-        if len(match) != 1:
+        # The longest live path the one Spark read ends with: "a/x.parquet" and
+        # "b/a/x.parquet" may both be live, and Spark's "/t/b/a/x.parquet" is the second.
+        found = [p for p in by_path if spark_path.endswith("/" + p)]
+        if not found:
             raise BatchError(None, f"cannot tell which live file Spark read as {r[0]}")
+        match = [by_path[max(found, key=len)]]
         values = match[0].get("partition_values") or {}
         mapping.append([r[0], *[_text(values.get(c)) for c in partition_columns]])
     fields = [
@@ -269,6 +296,11 @@ def merge_batch(
                 )
             else:
                 refuse_append_only(table, label)
+                # Before the fold aligns the batch to the table's types: a type that differs
+                # is refused here, never cast (a string into an integer column reads null).
+                table_compat.check_schema(
+                    table, batch_rows.schema.json(), partition_by, label, spec.settings.schema_drift
+                )
                 snapshot = table.snapshot()
                 live = merge_live_files(spec.table, snapshot)
                 rewritten = [a for a in live if probe.may_hold(a)]
