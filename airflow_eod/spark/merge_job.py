@@ -40,6 +40,7 @@ from airflow_eod.core.merge_files import (
     refuse_deletion_vectors,
 )
 from airflow_eod.core.merge_rules import MANIFEST_ENTRY, MergeRules
+from airflow_eod.core.planlog.restatement import refreeze_hint
 from airflow_eod.core.replaced_files import live_files, refuse_append_only
 from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.spark.staging import spark_uri, stage_dataframe
@@ -72,9 +73,14 @@ def is_delete(rules: MergeRules) -> Column:
     return F.coalesce(F.expr(rules.delete_when).cast("boolean"), F.lit(False))
 
 
-def check_batch(df: DataFrame, rules: MergeRules, label: str) -> None:
+def check_batch(df: DataFrame, rules: MergeRules, label: str, refreeze: str | None = None) -> None:
     """Refuse a batch whose rows lack a merge column, or hold a null key or ordering value:
-    which row is newest cannot be decided for them, and no retry changes that."""
+    which row is newest cannot be decided for them, and no retry changes that.
+
+    :param refreeze: how to re-freeze the batch (:func:`~airflow_eod.core.planlog.restatement.refreeze_hint`):
+        a source fixed after planning no longer matches the frozen batch, so a plain retry
+        fails on the changed input (I3); the message names the re-freeze instead.
+    """
     from pyspark.sql import functions as F
 
     missing = [c for c in (*rules.keys, rules.order_by) if c not in df.columns]
@@ -92,7 +98,9 @@ def check_batch(df: DataFrame, rules: MergeRules, label: str) -> None:
             label,
             f"{bad} row(s) of the batch have a null in {', '.join((*rules.keys, rules.order_by))} "
             "(merge_keys or order_by), so which row of the key is newest cannot be decided; "
-            "nothing was committed. Fix the source (or filter those rows in a transform) and retry",
+            "nothing was committed. Filter those rows in a transform and retry, or fix them in the "
+            "source and re-freeze the batch (its frozen input changes with the fix, so a plain retry "
+            f"fails on it){': ' + refreeze if refreeze else ''}",
         )
 
 
@@ -214,7 +222,7 @@ def merge_batch(
 
     batch = plan.key
     label = batch.label
-    check_batch(df, rules, label)
+    check_batch(df, rules, label, refreeze_hint(plan.pipeline_id, plan.batch_key))
     batch_rows = newest_per_key(df, rules).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         rows = batch_rows.count()

@@ -14,7 +14,7 @@ from airflow_eod.spark.load_job import run_load
 from tests.support.helpers import plan_for, spec_for
 from tests.support.merge_helpers import MERGE_SETTINGS, cdc_source, check_merge, write_changes
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.merge, pytest.mark.spark]
 
 
 def _load(spark: Any, landing: str, table: str, run: str, **kw: Any) -> Any:
