@@ -89,6 +89,7 @@ def check_batch(df: DataFrame, rules: MergeRules, label: str, refreeze: str | No
             label,
             f"the batch has no column {', '.join(missing)} (merge_keys/order_by); its columns: {df.columns}",
         )
+    _check_delete_when(df, rules, label)
     nulls = F.lit(False)
     for c in (*rules.keys, rules.order_by):
         nulls = nulls | F.col(c).isNull()
@@ -101,6 +102,34 @@ def check_batch(df: DataFrame, rules: MergeRules, label: str, refreeze: str | No
             "nothing was committed. Filter those rows in a transform and retry, or fix them in the "
             "source and re-freeze the batch (its frozen input changes with the fix, so a plain retry "
             f"fails on it){': ' + refreeze if refreeze else ''}",
+        )
+
+
+def _check_delete_when(df: DataFrame, rules: MergeRules, label: str) -> None:
+    """Refuse a ``delete_when`` that is not a condition on the batch's columns. Spark would
+    fail on an unknown column only while it merges, an error the task retries as if it could
+    pass, and a non-boolean value cast to boolean deletes by accident or not at all."""
+    if rules.delete_when is None:
+        return
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    try:
+        kind = df.select(F.expr(rules.delete_when)).schema.fields[0].dataType
+    except AnalysisException as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BatchRefusedError(
+            label,
+            f"delete_when {rules.delete_when!r} cannot be evaluated on the batch's columns "
+            f"{df.columns} ({first}); nothing was committed. Correct it in the DAG",
+        ) from exc
+    if not isinstance(kind, BooleanType):
+        raise BatchRefusedError(
+            label,
+            f"delete_when {rules.delete_when!r} is a {kind.simpleString()}, not a condition; nothing "
+            "was committed. Use a boolean column or a condition, e.g. \"op = 'D'\" or "
+            '"deleted_at IS NOT NULL"',
         )
 
 
