@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.options import is_template
 
 APPEND = "append"
 MERGE = "merge"
@@ -101,6 +102,27 @@ class MergeRules:
             raise ValueError(f"not merge rules: {exc}") from exc
 
 
+def check_merge_columns(rules: MergeRules | None, columns: Sequence[str] | None, where: str) -> None:
+    """Refuse, when the DAG is parsed, ``merge_keys`` or an ``order_by`` that the load's
+    declared columns (a landing ``schema``, a JDBC ``columns`` list) do not have. Names are
+    matched exactly, as the merge matches them in the batch.
+
+    :param rules: the load's merge rules (``None``: an append, nothing to check).
+    :param columns: the declared columns, or ``None`` when nothing declares them (or a
+        transform may change them).
+    :param where: what declares them, for the message (``"the schema"``).
+    """
+    if rules is None or columns is None:
+        return
+    known = set(columns)
+    missing = [c for c in (*rules.keys, rules.order_by) if c not in known]
+    if missing:
+        raise ConfigurationError(
+            f"merge_keys/order_by {missing} are not columns of {where} {list(columns)} (names are "
+            "matched exactly)"
+        )
+
+
 def merge_rules(
     write_mode: str,
     merge_keys: Sequence[str] | str | None,
@@ -118,6 +140,8 @@ def merge_rules(
             for n, v in (("merge_keys", merge_keys), ("order_by", order_by), ("delete_when", delete_when))
             if v
         ]
+        if keep_tombstones is not True:
+            given.append("keep_tombstones")
         if given:
             raise ConfigurationError(
                 f"{', '.join(given)} is set but write_mode is 'append', which ignores it: set "
@@ -130,5 +154,29 @@ def merge_rules(
             "row (updated_at, a CDC log sequence number), so that a replayed or backfilled batch "
             "never writes an older row over a newer one"
         )
+    if keep_tombstones is False and not delete_when:
+        raise ConfigurationError(
+            "keep_tombstones=False removes the rows that delete their key, but no delete_when says "
+            "which rows those are: set delete_when (a boolean column or an expression such as "
+            "\"op = 'D'\"), or leave keep_tombstones at its default"
+        )
     keys = (merge_keys,) if isinstance(merge_keys, str) else tuple(merge_keys or ())
     return MergeRules(keys=keys, order_by=order_by, delete_when=delete_when, keep_tombstones=keep_tombstones)
+
+
+def refuse_templated(
+    write_mode: Any, merge_keys: Any, order_by: Any, delete_when: Any, keep_tombstones: Any
+) -> None:
+    """Refuse a Jinja template in a merge setting: they are not template fields (a run may
+    not change what the table's key, order or delete rule is), so the template would reach
+    the load as literal text."""
+    keys = [merge_keys] if isinstance(merge_keys, str) else list(merge_keys or [])
+    named = [("write_mode", write_mode), *(("merge_keys", k) for k in keys)]
+    named += [("order_by", order_by), ("delete_when", delete_when), ("keep_tombstones", keep_tombstones)]
+    templated = sorted({name for name, value in named if is_template(value)})
+    if templated:
+        raise ConfigurationError(
+            f"{', '.join(templated)} cannot be templated: a merge load's write_mode, merge_keys, "
+            "order_by, delete_when and keep_tombstones define the table and are the same for every "
+            "run of the pipeline, so they are checked when the DAG is parsed. Write them in the DAG"
+        )

@@ -22,7 +22,7 @@ from airflow_eod.core import spec_files
 from airflow_eod.core.catch_up import CatchUpResult, load_batches
 from airflow_eod.core.errors import ConfigurationError, EodError
 from airflow_eod.core.load_flow import FrozenBatch, LoadRequest, load_batch
-from airflow_eod.core.merge_rules import merge_rules
+from airflow_eod.core.merge_rules import merge_rules, refuse_templated
 from airflow_eod.core.options import (
     ENGINES,
     EXECUTION_MODES,
@@ -45,6 +45,7 @@ from airflow_eod.core.table_ref import TableRef
 from airflow_eod.hooks.object_store import table_ref
 from airflow_eod.hooks.spark_submit import check_submit_kwargs
 from airflow_eod.links.delta_table import DeltaTableLink
+from airflow_eod.operators.lineage import OpenLineageMixin
 from airflow_eod.run_conf import as_bool, conf_of, restate_request
 from airflow_eod.run_context import (
     data_interval_for,
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
 SPECS_DIR = spec_files.SPECS_DIR
 
 
-class BaseDeltaLoadOperator(BaseOperator):
+class BaseDeltaLoadOperator(OpenLineageMixin, BaseOperator):
     """Base of the load operators: everything but the source.
 
     :param table_uri: the target Delta table (templated).
@@ -123,7 +124,10 @@ class BaseDeltaLoadOperator(BaseOperator):
         expression such as ``"op = 'D'"``; a row for which it is true deletes its key.
     :param keep_tombstones: keep a deleting row in the table as a tombstone (default), so
         an older insert of the key loaded later does not bring it back; readers filter them
-        with ``NOT (<delete_when>)``.
+        with ``NOT (<delete_when>)``. ``False`` needs a ``delete_when``.
+
+    The merge settings are not templated, on purpose: they define the table, the same for
+    every run, and settings that do not fit together are an import error of the DAG.
     :param storage_conn_id: (templated) for a table on an object store (``s3://``, ``az://``,
         ``abfss://``, ``gs://``), the Airflow connection its credentials come from (an
         ``aws``, ``wasb``/``adls`` or ``google_cloud_platform`` connection, see
@@ -185,7 +189,9 @@ class BaseDeltaLoadOperator(BaseOperator):
             quarantine_table_uri=quarantine_table_uri,
         )
         choice("schema_drift", schema_drift, SCHEMA_POLICIES)
-        merge_rules(write_mode, merge_keys, order_by, delete_when, keep_tombstones)  # refused at parse time
+        refuse_templated(write_mode, merge_keys, order_by, delete_when, keep_tombstones)
+        # Refused at parse time; kept for the subclasses' checks against their declared columns.
+        self._merge_rules = merge_rules(write_mode, merge_keys, order_by, delete_when, keep_tombstones)
         check_table_uri("table_uri", table_uri)
         check_table_uri("quarantine_table_uri", quarantine_table_uri)
         if "outlets" not in kwargs and not is_template(table_uri):
@@ -418,40 +424,6 @@ class BaseDeltaLoadOperator(BaseOperator):
             self.log.info("pipeline %s: a restating run loads only its batch", request.pipeline_id)
             return None
         return load_batches(request, load_one, max_batches=self.max_batches_per_run)
-
-    # -- lineage (optional extra: airflow-eod[openlineage]) -----------------------------
-    def lineage_inputs(self) -> list[tuple[str, str]]:
-        """The (namespace, name) of each dataset this load reads (OpenLineage naming)."""
-        return []
-
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """OpenLineage facets of the load: its input datasets, the table as output with the
-        batch's row count. ``None`` without the OpenLineage provider installed (the imports
-        are here, so that nothing of it is imported unless Airflow asks for lineage)."""
-        try:
-            from airflow.providers.common.compat.openlineage.facet import (
-                InputDataset,
-                OutputDataset,
-                OutputStatisticsOutputDatasetFacet,
-            )
-            from airflow.providers.openlineage.extractors import OperatorLineage
-        except ImportError:
-            return None
-        result = self._result
-        facets: dict[str, Any] = {}
-        if result is not None and result.outcome == "committed":
-            facets["outputStatistics"] = OutputStatisticsOutputDatasetFacet(rowCount=result.rows)
-        table = TableRef.parse(self.table_uri)
-        # OpenLineage's naming: "file" and the path, or "s3://bucket" and the key.
-        if table.is_local:
-            namespace, name = "file", table.path
-        else:
-            bucket, _, name = table.location.partition("://")[2].partition("/")
-            namespace = f"{table.scheme}://{bucket}"
-        return OperatorLineage(
-            inputs=[InputDataset(namespace=ns, name=name) for ns, name in self.lineage_inputs()],
-            outputs=[OutputDataset(namespace=namespace, name=name, outputFacets=facets)],
-        )
 
     def _attach_to_asset_event(self, context: Any, result: LoadResult | dict[str, Any]) -> None:
         """Put the batch that arrived on the table's asset event, for the DAGs scheduled on it.

@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.merge_rules import check_merge_columns
 from airflow_eod.core.options import (
     BOUNDARIES,
     KEY_TYPES,
@@ -80,6 +81,8 @@ class JdbcToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator):
         check_catch_up_boundary(self.catch_up, boundary)
         if boundary == "interval" and key_type != "timestamp":
             raise ConfigurationError("boundary='interval' needs a timestamp key (key_type='timestamp')")
+        if self.transform is None:  # a transform may add or rename columns
+            check_merge_columns(self._merge_rules, list(columns) if columns else None, "columns")
         self.jdbc_conn_id = jdbc_conn_id
         self.source_table = source_table
         self.key_column = key_column

@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow_eod.core.ddl_schema import ddl_columns
 from airflow_eod.core.errors import ConfigurationError
+from airflow_eod.core.merge_rules import check_merge_columns
 from airflow_eod.core.options import (
     BOUNDARIES,
     FORMATS,
@@ -84,6 +85,7 @@ class LandingFilesToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator)
             # A transform may add or rename columns: then the schema is not the table's.
             if self.transform is None:
                 check_partition_columns(self.partition_by, columns)
+                check_merge_columns(self._merge_rules, columns, "the schema")
         self.landing_path = landing_path
         self.file_format = file_format
         self.schema = schema

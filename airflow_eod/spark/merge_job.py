@@ -32,7 +32,6 @@ from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import (
     BatchError,
     BatchRefusedError,
-    ConfigurationError,
     MalformedInputError,
     UnsafePathError,
 )
@@ -48,6 +47,7 @@ from airflow_eod.core.merge_files import (
     refuse_deletion_vectors,
 )
 from airflow_eod.core.merge_rules import MANIFEST_ENTRY, MergeRules
+from airflow_eod.core.planlog.restatement import refreeze_hint
 from airflow_eod.core.replaced_files import partition_string, refuse_append_only
 from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.spark.staging import spark_uri, stage_dataframe
@@ -80,9 +80,14 @@ def is_delete(rules: MergeRules) -> Column:
     return F.coalesce(F.expr(rules.delete_when), F.lit(False))
 
 
-def check_batch(df: DataFrame, rules: MergeRules, label: str) -> None:
+def check_batch(df: DataFrame, rules: MergeRules, label: str, refreeze: str | None = None) -> None:
     """Refuse a batch whose rows lack a merge column, or hold a null key or ordering value:
-    which row is newest cannot be decided for them, and no retry changes that."""
+    which row is newest cannot be decided for them, and no retry changes that.
+
+    :param refreeze: how to re-freeze the batch (:func:`~airflow_eod.core.planlog.restatement.refreeze_hint`):
+        a source fixed after planning no longer matches the frozen batch, so a plain retry
+        fails on the changed input (I3); the message names the re-freeze instead.
+    """
     from pyspark.sql import functions as F
 
     missing = [c for c in (*rules.keys, rules.order_by) if c not in df.columns]
@@ -91,23 +96,7 @@ def check_batch(df: DataFrame, rules: MergeRules, label: str) -> None:
             label,
             f"the batch has no column {', '.join(missing)} (merge_keys/order_by); its columns: {df.columns}",
         )
-    if rules.delete_when is not None:
-        from pyspark.sql.types import BooleanType
-
-        try:
-            kind = df.select(F.expr(rules.delete_when)).schema.fields[0].dataType  # analysed, not run
-        except Exception as exc:  # Spark's ParseException or AnalysisException
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ConfigurationError(
-                f"batch {label}: delete_when {rules.delete_when!r} is not an expression of the "
-                f"batch's columns {df.columns}: {first}"
-            ) from exc
-        if not isinstance(kind, BooleanType):
-            # A string column ("op") cast to boolean reads null, and no row would ever delete.
-            raise ConfigurationError(
-                f"batch {label}: delete_when {rules.delete_when!r} is of type {kind.simpleString()}, "
-                "not boolean: give a boolean column or a condition such as \"op = 'D'\""
-            )
+    _check_delete_when(df, rules, label)
     nulls = F.lit(False)
     for c in (*rules.keys, rules.order_by):
         nulls = nulls | F.col(c).isNull()
@@ -117,7 +106,37 @@ def check_batch(df: DataFrame, rules: MergeRules, label: str) -> None:
             label,
             f"{bad} row(s) of the batch have a null in {', '.join((*rules.keys, rules.order_by))} "
             "(merge_keys or order_by), so which row of the key is newest cannot be decided; "
-            "nothing was committed. Fix the source (or filter those rows in a transform) and retry",
+            "nothing was committed. Filter those rows in a transform and retry, or fix them in the "
+            "source and re-freeze the batch (its frozen input changes with the fix, so a plain retry "
+            f"fails on it){': ' + refreeze if refreeze else ''}",
+        )
+
+
+def _check_delete_when(df: DataFrame, rules: MergeRules, label: str) -> None:
+    """Refuse a ``delete_when`` that is not a condition on the batch's columns. Spark would
+    fail on an unknown column only while it merges, an error the task retries as if it could
+    pass, and a non-boolean value cast to boolean deletes by accident or not at all."""
+    if rules.delete_when is None:
+        return
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    try:
+        kind = df.select(F.expr(rules.delete_when)).schema.fields[0].dataType
+    except AnalysisException as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BatchRefusedError(
+            label,
+            f"delete_when {rules.delete_when!r} cannot be evaluated on the batch's columns "
+            f"{df.columns} ({first}); nothing was committed. Correct it in the DAG",
+        ) from exc
+    if not isinstance(kind, BooleanType):
+        raise BatchRefusedError(
+            label,
+            f"delete_when {rules.delete_when!r} is a {kind.simpleString()}, not a condition; nothing "
+            "was committed. Use a boolean column or a condition, e.g. \"op = 'D'\" or "
+            '"deleted_at IS NOT NULL"',
         )
 
 
@@ -279,7 +298,7 @@ def merge_batch(
 
     batch = plan.key
     label = batch.label
-    check_batch(df, rules, label)
+    check_batch(df, rules, label, refreeze_hint(plan.pipeline_id, plan.batch_key))
     batch_rows = newest_per_key(df, rules).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         rows = batch_rows.count()

@@ -292,9 +292,10 @@ def test_typed_settings_leave_the_spec_on_disk_as_it_was(tmp_path: Any) -> None:
     assert spec.to_json() == flat.to_json() and spec.settings == settings
     assert LoadSpec.from_json(spec.to_json()) == spec  # the driver reads back what the task wrote
     assert sorted(json.loads(spec.to_json())) == [
-        "attempt_id", "engine", "partition_by", "plan", "previous_generation", "quarantine_table_uri",
+        "attempt_id", "delete_when", "engine", "keep_tombstones", "merge_keys", "order_by",
+        "partition_by", "plan", "previous_generation", "quarantine_table_uri",
         "restate", "run_id", "schema_drift", "source", "table_configuration", "table_uri",
-        "transform", "try_number",
+        "transform", "try_number", "write_mode",
     ]  # fmt: skip
 
 
