@@ -50,6 +50,7 @@ from airflow_eod.core.merge_rules import MANIFEST_ENTRY, MergeRules
 from airflow_eod.core.planlog.restatement import refreeze_hint
 from airflow_eod.core.replaced_files import partition_string, refuse_append_only
 from airflow_eod.core.table_layout import attempt_dir
+from airflow_eod.spark.merge_digest import write_key_digest
 from airflow_eod.spark.staging import spark_uri, stage_dataframe
 
 if TYPE_CHECKING:
@@ -303,6 +304,8 @@ def merge_batch(
     try:
         rows = batch_rows.count()
         probe = _probe(batch_rows, rules, rows)
+        # The batch's keys for verify, written before the commit that names them.
+        digest = write_key_digest(batch_rows, rows, spec, rules, is_delete(rules))
         restated = spec.restate or spec.generation > 0
         for round_no in range(1, MAX_MERGE_ROUNDS + 1):
             table = open_table(spec.table)
@@ -349,6 +352,7 @@ def merge_batch(
                     **rules.to_dict(),
                     "batch_rows": rows,
                     "rewritten_files": len(base.rewritten),
+                    **digest,
                 },
             }
             try:

@@ -20,12 +20,23 @@ def check_batches(audit: AuditState) -> list[BatchSummary]:
         known = [audit.rows[f] for f in live]
         live_rows = None if None in known else sum(r or 0 for r in known)
         key, gen = b.key, b.generation
+        if key in audit.merge:
+            # Its files hold other batches' rows too, and later merges remove them: its
+            # keys are judged instead (merge_checks), its rows are not counted here.
+            out.append(BatchSummary(key.pipeline_id, key.key, gen, b.version, b.rows, None, len(live)))
+            continue
         out.append(BatchSummary(key.pipeline_id, key.key, gen, b.version, b.rows, live_rows, len(live)))
         # Rows an UPDATE or MERGE hid in a live file (deletion vectors) and kept in new files.
         moved = kept_in_place(audit, live)
         if live_rows is not None:
             live_rows += sum(rows for _, rows in moved.values())
         gone = [f for f in b.files if f not in audit.live]
+        # A merge batch's commit rewrote the file: its rows are in the merge's files now,
+        # those of keys the merge (or a later one) loaded newer rows of replaced.
+        merged = [
+            f for f in gone if f in audit.log.removes and audit.log.removes[f][0] in audit.merge_commits
+        ]
+        gone = [f for f in gone if f not in merged]
         # A file an OPTIMIZE rewrote (dataChange=false) moved its rows; any other removal lost them.
         # dataChange=false promises the rows moved: only a commit that added files can
         # have moved them (one that only removed files dropped them, whatever it says).
@@ -72,11 +83,17 @@ def check_batches(audit: AuditState) -> list[BatchSummary]:
             said = {"gen": gen, "files": len(b.files)}
             op, paths = audit.log.operations.get(v, ""), rewritten + sorted(moved)
             audit.add("batch_file_rewritten", key, paths, n=len(paths), op=op, version=v, **said)
+        if merged:
+            v = audit.log.removes[merged[0]][0]
+            by = ", ".join(sorted(k.label for k in audit.merge if audit.batches[k].version == v))
+            said = {"gen": gen, "files": len(b.files), "n": len(merged), "version": v}
+            audit.add("batch_file_merged", key, merged, by=by or "a merge batch", **said)
         if compacted:
             say.update(n=len(compacted), version=audit.log.removes[compacted[0]][0])
             audit.add("batch_file_compacted", key, compacted, **say)
         elif (
-            not lost
+            not merged
+            and not lost
             and not rewritten
             and not unseen
             and b.rows is not None

@@ -75,6 +75,19 @@ SAYS: dict[str, tuple[str, str]] = {
         "by a commit that has left the log (e.g. {file}): an OPTIMIZE and a DELETE look alike now, so "
         "its row count cannot be checked on its own; the table-wide count checks that its {rows} "
         "rows are still held by other files"),
+    "merge_duplicate_key": (ERROR, "{n} key(s) ({keys}) {scope} have more than one live row (e.g. "
+        "{examples}): a merge keeps one live row per key, so another writer added rows of keys a merge "
+        "holds (an append, a copied file), and readers see those keys more than once"),
+    "merge_key_regressed": (ERROR, "generation {gen}: {n} of the {keys} key(s) it loaded are live at "
+        "an older {order} than the batch's, or at the same {order} with the other delete-ness (e.g. "
+        "{examples}): a merge never replaces a row with an older one, so another writer put an older "
+        "row back (a rewrite, a delete undone, a tombstone overwritten)"),
+    "merge_key_lost": (ERROR, "generation {gen}: {n} of the {keys} key(s) it loaded have no live row, "
+        "and no merge batch deleted them at the batch's {order} or later (e.g. {examples}): their rows "
+        "left the table (another writer's DELETE or overwrite, a removed file)"),
+    "merge_keys_refused": (ERROR, "generation {gen}: its manifest names {dir} as its key digest, which "
+        "is refused ({why}); nothing was read there and its keys were not checked: airflow-eod's "
+        "manifests name the batch's own digest folder"),
     "quarantine_behind": (ERROR, "generation {gen}: its commit carries {n} malformed record(s) for the "
         "quarantine table {q}, which holds {what} of the batch: the two tables describe different "
         "generations (unless a load of the batch is running right now)"),
@@ -84,6 +97,13 @@ SAYS: dict[str, tuple[str, str]] = {
     "plan_near_expiry": (WARNING, "generation {gen} was planned {age} ago ({at}) and never committed; "
         "the table's retention window is {window} ({key}), so loading it {tense} refused with "
         "RetentionWindowError: restate it on purpose"),
+    "batch_file_merged": (WARNING, "generation {gen}: {n} of its {files} file(s) were rewritten by the "
+        "merge of {by} (commit {version}), which replaces the rows of keys it loads newer rows of: its "
+        "row count cannot be checked (it is left out of the table-wide count), and it cannot be "
+        "restated"),
+    "merge_keys_missing": (WARNING, "generation {gen}: its key digest {why}, so its keys were not "
+        "checked against the table"),
+    "merge_keys_unchecked": (WARNING, "merge key ({keys}): {what}, because {why}"),
     "rows_unknown": (WARNING, "the rows of {what} are unknown, so the table-wide row count {scope}"),
 }  # fmt: skip
 # The runbook section for each kind ("`airflow-eod verify` reports ..." for the others).
@@ -96,6 +116,10 @@ SECTIONS = {
     "plan_near_expiry": "older than the table's transaction-retention window",
     "quarantine_behind": "The quarantine table is behind the main table",
     "overlapping_intervals": "Two JDBC interval batches overlap",
+    **dict.fromkeys(
+        ["merge_duplicate_key", "merge_key_regressed", "merge_key_lost", "merge_keys_refused"],
+        "A merge key is duplicated, regressed or lost",
+    ),
 }
 
 

@@ -34,6 +34,11 @@ def check_files(audit: AuditState) -> None:
             audit.add("file_not_in_table", key, [f], file=f, role=role, why=why)
         if f in owners:
             continue
+        # A merge batch's older generations' files that its restatement did not rewrite hold
+        # merged rows (of many batches), not a replaced copy of its own: see merge_batches.
+        if f in audit.merge_kept and key is not None and key in audit.merge:
+            audit.role[f] = f"an older generation's file of merge batch {key.label}"
+            continue
         # A file an older record lists, or in an older generation's attempt directory.
         owner = replaced.get(f) or (audit.batches.get(key) if key else None)
         gen = owner.generation if owner else None
@@ -58,6 +63,7 @@ def check_duplicates(audit: AuditState) -> None:
     """Report live files that hold the same bytes as another live file, or as a replaced
     generation's file still on disk, when one of them is ours."""
     owned = {f for b in audit.committed() for f in b.files}
+    owned |= audit.merge_kept
     # Files of replaced generations still on disk (until VACUUM): a copy of one, live under
     # another name, puts the old rows back beside the new generation's.
     replaced = {f: b for b in audit.committed() for f in b.old_files if f not in audit.live}

@@ -20,10 +20,18 @@ from airflow_eod.core.table_layout import DATA_DIR
 
 def check_total(audit: AuditState) -> None:
     """Report a table-wide row count that does not add up (or cannot be made to)."""
-    committed = audit.committed()
-    carrier = {f for b in committed for f in b.files}  # the files that hold batch rows
     ours = {v for v, txns in audit.log.commits.items() if any(BatchKey.from_app_id(a) for a, _ in txns)}
-    theirs = [f for f in audit.live if not f.startswith(f"{DATA_DIR}/")]
+    # Merge rows are not counted (merge_checks judges their keys): neither the files that
+    # hold them nor the merge batches, nor the append batches whose files a merge folded in.
+    merged, absorbed, joined, unsplit = _merge_rows(audit, ours)
+    if unsplit:
+        what = "batch rows that another writer's rewrite had moved into files a merge then rewrote"
+        audit.add("rows_unknown", None, what=what, scope="was not reconciled")
+        return
+    committed = [b for b in audit.committed() if b.key not in audit.merge and b.key not in absorbed]
+    merged |= {f for b in audit.committed() if b.key in absorbed for f in b.files}
+    carrier = {f for b in committed for f in b.files}  # the files that hold batch rows
+    theirs = [f for f in audit.live if not f.startswith(f"{DATA_DIR}/") and f not in merged]
     folded: dict[str, int | None] = {}
     # Another writer's commit that rewrote files holding batch rows (OPTIMIZE, DELETE,
     # MERGE, or a rewrite of such a rewrite) holds their rows in its output, in place of
@@ -36,7 +44,7 @@ def check_total(audit: AuditState) -> None:
     theirs_mixed = 0  # other writers' rows that went into such files (rows folded in)
     for v, (added, removed) in sorted(audit.log.changes.items()):
         touched = carrier & set(removed)
-        if v not in ours and touched:
+        if v not in ours and v not in joined and touched:
             # Other writers' files it rewrote, counted before its output joins the carriers
             # (a file it added back in place with a deletion vector is one of them too).
             carried = audit.log.removed_hidden.get(v, {})
@@ -62,7 +70,7 @@ def check_total(audit: AuditState) -> None:
     moved = any(f not in audit.live for b in unknown for f in b.files)
     left_out = {f for b in unknown for f in b.files}
     if (
-        None in audit.rows.values()
+        None in [r for f, r in audit.rows.items() if f not in merged]
         or None in folded.values()
         or None in others
         or None in audit.unseen_rows
@@ -74,7 +82,7 @@ def check_total(audit: AuditState) -> None:
     if unknown:
         what = ", ".join(b.key.label for b in unknown)
         audit.add("rows_unknown", None, what=what, scope="leaves them and their files out")
-    total = sum(r or 0 for f, r in audit.rows.items() if f not in left_out)
+    total = sum(r or 0 for f, r in audit.rows.items() if f not in left_out and f not in merged)
     recorded = sum(b.rows or 0 for b in committed)
     other = sum(r or 0 for r in [*others, *folded.values()]) + inserted
     # Batch rows whose files a commit no longer in the log removed are, if that commit was
@@ -95,6 +103,30 @@ def check_total(audit: AuditState) -> None:
         audit.add("rows_deleted_unattributed", None, diff=-diff, versions=versions, **say)
     elif diff:
         audit.add("row_total_mismatch", None, diff=abs(diff), more=("fewer", "more")[diff > 0], **say)
+
+
+def _merge_rows(audit: AuditState, ours: set[int]) -> tuple[set[str], set[BatchKey], set[int], bool]:
+    """Where merge rows are: the files that hold them (merge batches' files, any merge
+    commit's output, and the output of another writer's rewrite of such files), the append
+    batches whose own files went into them, the commits whose output did, and whether
+    other writers' files that held batch rows went into them too (then whose rows the
+    merge files hold beyond the merges' cannot be told, and nothing is counted)."""
+    if not audit.merge:
+        return set(), set(), set(), False
+    held = {f for f, live in audit.live.items() if live.batch in audit.merge}
+    held |= {f for b in audit.committed() if b.key in audit.merge for f in b.files}
+    owner = {f: b.key for b in audit.committed() if b.key not in audit.merge for f in b.files}
+    carrier, absorbed, joined, unsplit = set(owner), set[BatchKey](), set[int](), False
+    for v, (added, removed) in sorted(audit.log.changes.items()):
+        if v in audit.merge_commits or (v not in ours and held & set(removed)):
+            joined.add(v)
+            held.update(added)
+            absorbed.update(owner[f] for f in removed if f in owner)
+            unsplit |= any(f in carrier and f not in owner for f in removed)
+        elif v not in ours and carrier & set(removed):
+            # Another writer's rewrite of batch files: its output holds batch rows.
+            carrier.update(f for f in added if not f.startswith(f"{DATA_DIR}/"))
+    return held, absorbed, joined, unsplit
 
 
 def _mixing(

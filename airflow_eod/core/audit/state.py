@@ -88,6 +88,12 @@ class AuditState:
         self.role: dict[str, str] = {}  # live file -> whose it is, for messages
         # Rows of batch files removed by commits no longer in the log (None: not known).
         self.unseen_rows: list[int | None] = []
+        # Merge batches -> their committed generation's ``extra["merge"]`` (``{}`` when only
+        # another generation's manifest says merge), the versions of merge commits, and
+        # the files of merge batches' older generations: see merge_batches.
+        self.merge: dict[BatchKey, dict[str, Any]] = {}
+        self.merge_commits: set[int] = set()
+        self.merge_kept: set[str] = set()  # their older generations' files (still merged rows)
 
     def add(self, kind: str, batch: BatchKey | None, paths: list[str] | None = None, **say: Any) -> None:
         """Report a finding of ``kind`` (see :func:`~airflow_eod.core.audit.findings.finding`)."""

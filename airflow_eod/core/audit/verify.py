@@ -13,7 +13,9 @@ own: which generation each batch holds
 (:mod:`~airflow_eod.core.audit.committed_generation`), the live files
 (:mod:`~airflow_eod.core.audit.live_file_checks`), each batch's files and rows
 (:mod:`~airflow_eod.core.audit.batch_checks`), the table-wide row count
-(:mod:`~airflow_eod.core.audit.row_total`), plans over time
+(:mod:`~airflow_eod.core.audit.row_total`), the keys of merge batches, whose files and rows
+those checks pass over (:mod:`~airflow_eod.core.audit.merge_batches`,
+:mod:`~airflow_eod.core.audit.merge_checks`), plans over time
 (:mod:`~airflow_eod.core.audit.plan_checks`) and the quarantine table
 (:mod:`~airflow_eod.core.audit.quarantine_check`).
 """
@@ -31,6 +33,8 @@ from airflow_eod.core.audit.findings import SECTIONS as _SECTION
 from airflow_eod.core.audit.live_file_checks import check_duplicates, check_files
 from airflow_eod.core.audit.live_files import read_live_files
 from airflow_eod.core.audit.log_facts import read_log_facts
+from airflow_eod.core.audit.merge_batches import mark_merge_batches
+from airflow_eod.core.audit.merge_checks import check_merge_keys
 from airflow_eod.core.audit.plan_checks import check_overlapping_intervals, check_plans
 from airflow_eod.core.audit.plan_log_facts import read_plan_log_facts
 from airflow_eod.core.audit.quarantine_check import check_quarantine
@@ -81,10 +85,12 @@ def audit_table(
     now = now if now.tzinfo else now.replace(tzinfo=UTC)
     audit = _read(ref, now, stuck_after, expiry_warning)
     resolve(audit)
+    mark_merge_batches(audit)
     check_files(audit)
     batches = check_batches(audit)
     check_duplicates(audit)
     check_total(audit)
+    check_merge_keys(audit)
     check_plans(audit)
     check_overlapping_intervals(audit)
     check_quarantine(audit)
