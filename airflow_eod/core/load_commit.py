@@ -30,12 +30,12 @@ from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, BatchRefusedError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.merge_files import MergeBase, MergeConflict, conflict
+from airflow_eod.core.merge_files import MergeBase, MergeConflict, conflict, merge_live_files
 from airflow_eod.core.planlog.retention import DEFAULT_RETENTION, RETENTION_KEY
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.records.compaction import maybe_compact
 from airflow_eod.core.records.store import CommitRecord, write_record
-from airflow_eod.core.replaced_files import live_files, refuse_dropping_landed_files, replaced_files
+from airflow_eod.core.replaced_files import refuse_dropping_landed_files, replaced_files
 from airflow_eod.core.staged_files import StagedBatch
 from airflow_eod.core.storage import requests_logged
 from airflow_eod.core.table_ref import TableRef
@@ -175,13 +175,13 @@ def commit_batch(
         )
 
 
-def _merge_removes(table: TableLog | None, merge: MergeBase, label: str) -> list[RemoveAction]:
+def _merge_removes(ref: TableRef, table: TableLog | None, merge: MergeBase, label: str) -> list[RemoveAction]:
     """The removes of a merge's commit on ``table``, or :class:`MergeConflict` when another
     writer's commit since the merge's read touched what it rewrote."""
     if table is not None and table.version() == merge.version:
         return merge.removes
     # Another writer committed since the read: only the full snapshot tells which files changed.
-    why = conflict(merge, None if table is None else live_files(table.snapshot()))
+    why = conflict(merge, None if table is None else merge_live_files(ref, table.snapshot()))
     if why is not None:
         raise MergeConflict(label, f"{why}; nothing was committed")
     return merge.removes
@@ -221,7 +221,7 @@ def _commit_batch(
         try:
             if table is None:
                 if merge is not None:
-                    _merge_removes(table, merge, batch.label)
+                    _merge_removes(ref, table, merge, batch.label)
                 if not _create_table(ref, batch, generation, staged, manifest, config, adds):
                     log.info("batch %s: another attempt created the table first; asking again", batch)
                     continue
@@ -234,7 +234,7 @@ def _commit_batch(
                 _check_not_nulls(table, staged, batch.label)
                 removes: list[RemoveAction] = []
                 if merge is not None:
-                    removes = _merge_removes(table, merge, batch.label)
+                    removes = _merge_removes(ref, table, merge, batch.label)
                 if replace_previous:
                     refuse_dropping_landed_files(status, manifest, batch.label)
                     removes = replaced_files(table, batch, status, batch.label)

@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from deltalake import DeltaTable
 from deltalake.transaction import RemoveAction
 
+from airflow_eod.core.delta.deletion_vectors import deleted_rows
 from airflow_eod.core.errors import BatchError, BatchRefusedError
-from airflow_eod.core.replaced_files import _partition_string
+from airflow_eod.core.replaced_files import _partition_string, live_files
+from airflow_eod.core.table_ref import TableRef
 
 # Delta Spark writes timestamp statistics truncated to the millisecond: a key a little past
 # a file's stated maximum may be in it.
@@ -32,6 +35,21 @@ class MergeConflict(BatchError):
     """Another writer committed, between the merge's read and its commit, a change to the
     files the merge rewrites (or a file that may hold its keys): the merge is computed again
     from the new snapshot. Nothing was committed."""
+
+
+def merge_live_files(ref: TableRef, snapshot: DeltaTable) -> list[dict[str, Any]]:
+    """The snapshot's live files (:func:`~airflow_eod.core.replaced_files.live_files`), each
+    with ``deletion_vector``: how many of its rows a deletion vector hides (``None``: none).
+
+    ``deltalake`` reports no deletion vector among a file's add actions, so it is looked up
+    here: a merge must neither rewrite a file with one (it reads the Parquet file whole, and
+    the rows another writer deleted would come back) nor miss one that another writer added
+    between the merge's read and its commit (the file keeps its path, size and time)."""
+    adds = live_files(snapshot)
+    hidden = deleted_rows(ref, snapshot)
+    for a in adds:
+        a["deletion_vector"] = hidden.get(a["path"])
+    return adds
 
 
 def file_id(add: dict[str, Any]) -> tuple[Any, ...]:

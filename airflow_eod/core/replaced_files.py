@@ -34,12 +34,17 @@ def _partition_string(value: object) -> str | None:
 
 
 def live_files(table: DeltaTable) -> list[dict[str, Any]]:
-    """The snapshot's add actions, with ``path`` decoded to the file's path on disk and
-    ``log_path`` the path exactly as the log's ``add`` spells it."""
+    """The snapshot's add actions, with ``path`` decoded to the file's path on disk,
+    ``log_path`` the path exactly as the log's ``add`` spells it, and ``partition_values``
+    the file's partition values (typed; empty for an unpartitioned table)."""
     adds: list[dict[str, Any]] = pa.table(table.get_add_actions(flatten=False)).to_pylist()
     for a in adds:
         a["log_path"] = a["path"]
         a["path"] = unquote(a["path"])
+        # deltalake names the struct ``partition``; every reader here asks for
+        # ``partition_values`` (without this, a partitioned merge read each row's partition
+        # column as null, and removes went without their partition values).
+        a["partition_values"] = a.get("partition") or {}
     return adds
 
 

@@ -37,10 +37,11 @@ from airflow_eod.core.merge_files import (
     MergeBase,
     MergeConflict,
     file_id,
+    merge_live_files,
     refuse_deletion_vectors,
 )
 from airflow_eod.core.merge_rules import MANIFEST_ENTRY, MergeRules
-from airflow_eod.core.replaced_files import live_files, refuse_append_only
+from airflow_eod.core.replaced_files import refuse_append_only
 from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.spark.staging import spark_uri, stage_dataframe
 
@@ -59,7 +60,7 @@ MAX_MERGE_ROUNDS = 8
 # their statistics: every live file is read (a batch that large rewrites most files anyway).
 MAX_PROBE_KEYS = 20_000_000
 _RANK = "_eod_rank"
-_TMAX = "_eod_tmax"
+_SRC = "_eod_src"
 _FILE = "_eod_file"
 
 
@@ -111,17 +112,35 @@ def newest_per_key(df: DataFrame, rules: MergeRules) -> DataFrame:
 
 def fold(table_rows: DataFrame, batch_rows: DataFrame, rules: MergeRules, *, ties_win: bool) -> DataFrame:
     """The rows that replace ``table_rows`` (the files the merge rewrites) once the batch's
-    newest rows per key (``batch_rows``) are folded in by the ordering rule."""
+    newest rows per key (``batch_rows``) are folded in by the ordering rule.
+
+    Each key of the batch ends with one row: the newest of its table rows and its batch row
+    (a tie goes to the table's row, or to the batch's when ``ties_win``: a restatement).
+    A merge table holds one row per key, but another writer's plain append may have added a
+    second row of a key (any row of a batch key is in ``table_rows``: the files that may
+    hold one are all read); the merge leaves the key's newest, not both. The table rows of
+    other keys stay as they are."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     keys, order = list(rules.keys), rules.order_by
-    newest = table_rows.groupBy(*keys).agg(F.max(order).alias(_TMAX))
-    newer = F.col(order) >= F.col(_TMAX) if ties_win else F.col(order) > F.col(_TMAX)
-    winners = batch_rows.join(newest, keys, "left").where(F.col(_TMAX).isNull() | newer).drop(_TMAX)
-    kept = table_rows.join(winners.select(*keys), keys, "left_anti")
+    batch_keys = batch_rows.select(*keys)
+    untouched = table_rows.join(batch_keys, keys, "left_anti")
+    touched = table_rows.join(batch_keys, keys, "left_semi")
+    # Which side a tie of ordering values goes to: the greater _SRC.
+    table_side, batch_side = (0, 1) if ties_win else (1, 0)
+    candidates = touched.withColumn(_SRC, F.lit(table_side)).unionByName(
+        batch_rows.withColumn(_SRC, F.lit(batch_side)), allowMissingColumns=True
+    )
+    content = F.to_json(F.struct(*[F.col(c) for c in candidates.columns if c != _SRC]))
+    window = Window.partitionBy(*keys).orderBy(
+        F.col(order).desc_nulls_last(), F.col(_SRC).desc(), F.xxhash64(content).desc(), content.desc()
+    )
+    newest = candidates.withColumn(_RANK, F.row_number().over(window)).where(F.col(_RANK) == 1)
     if rules.delete_when is not None and not rules.keep_tombstones:
-        winners = winners.where(~is_delete(rules))
-    return kept.unionByName(winners, allowMissingColumns=True)
+        # A winning delete of the batch takes the key out and leaves no row behind.
+        newest = newest.where(~(is_delete(rules) & (F.col(_SRC) == batch_side)))
+    return untouched.unionByName(newest.drop(_RANK, _SRC), allowMissingColumns=True)
 
 
 def _probe(batch_rows: DataFrame, rules: MergeRules, distinct_keys: int) -> KeyProbe:
@@ -232,7 +251,7 @@ def merge_batch(
             else:
                 refuse_append_only(table, label)
                 snapshot = table.snapshot()
-                live = live_files(snapshot)
+                live = merge_live_files(spec.table, snapshot)
                 rewritten = [a for a in live if probe.may_hold(a)]
                 refuse_deletion_vectors(rewritten, label)
                 meta = table.metadata()
