@@ -68,7 +68,7 @@ MAX_MERGE_ROUNDS = 8
 # their statistics: every live file is read (a batch that large rewrites most files anyway).
 MAX_PROBE_KEYS = 20_000_000
 _RANK = "_eod_rank"
-_TMAX = "_eod_tmax"
+_SRC = "_eod_src"
 _FILE = "_eod_file"
 
 
@@ -180,32 +180,38 @@ def fold(table_rows: DataFrame, batch_rows: DataFrame, rules: MergeRules, *, tie
     """The rows that replace ``table_rows`` (the files the merge rewrites) once the batch's
     newest rows per key (``batch_rows``) are folded in by the ordering rule.
 
-    A batch row replaces the key's table rows when its ordering value is greater than the
-    greatest of theirs (a table row without one is older than any). Equal values: the row
-    with the greater content hash stays, whichever arrived first, so that batches commute;
-    in a restatement (``ties_win``) the restated row wins a tie instead.
+    Each key of the batch ends with one row: the newest of its table rows and its batch row
+    by the ordering value (a table row without one is older than any). Equal values: the row
+    with the greater content hash, whichever arrived first, so that batches commute; in a
+    restatement (``ties_win``) the restated row wins a tie instead. A merge table holds one
+    row per key, but another writer's plain append may have added a second row of a key
+    (every file that may hold a batch key is read): the merge leaves the key's newest, not
+    both. The table rows of other keys stay as they are.
     """
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     keys, order = list(rules.keys), rules.order_by
     have = set(table_rows.columns)
     fields = [*table_rows.schema.fields, *[f for f in batch_rows.schema.fields if f.name not in have]]
     table_rows, batch_rows = _aligned(table_rows, fields), _aligned(batch_rows, fields)
-    rank = F.struct(F.col(order).alias("o"), _row_hash(table_rows).alias("h"))
-    newest = table_rows.groupBy(*keys).agg(F.max(rank).alias(_TMAX))
-    theirs = F.col(f"{_TMAX}.o")
-    if ties_win:
-        newer = F.col(order) >= theirs
-    else:
-        newer = (F.col(order) > theirs) | (
-            (F.col(order) == theirs) & (_row_hash(batch_rows) > F.col(f"{_TMAX}.h"))
-        )
-    joined = batch_rows.join(newest, keys, "left")
-    winners = joined.where(F.col(_TMAX).isNull() | theirs.isNull() | newer).drop(_TMAX)
-    kept = table_rows.join(winners.select(*keys), keys, "left_anti")
+    batch_keys = batch_rows.select(*keys)
+    untouched = table_rows.join(batch_keys, keys, "left_anti")
+    touched = table_rows.join(batch_keys, keys, "left_semi")
+    candidates = touched.withColumn(_SRC, F.lit(0)).unionByName(batch_rows.withColumn(_SRC, F.lit(1)))
+    # The hash is taken over the aligned columns, as the row will read back from the table.
+    content = _row_hash(table_rows)
+    ranking = [F.col(order).desc_nulls_last(), F.col(_SRC).desc(), content.desc()]
+    if not ties_win:
+        # The source decides only between identical rows (equal hashes): the batch's, so that
+        # a deleting row removes the key below.
+        ranking = [ranking[0], ranking[2], ranking[1]]
+    window = Window.partitionBy(*keys).orderBy(*ranking)
+    newest = candidates.withColumn(_RANK, F.row_number().over(window)).where(F.col(_RANK) == 1)
     if rules.delete_when is not None and not rules.keep_tombstones:
-        winners = winners.where(~is_delete(rules))
-    return kept.unionByName(winners)
+        # A winning delete of the batch takes the key out and leaves no row behind.
+        newest = newest.where(~(is_delete(rules) & (F.col(_SRC) == 1)))
+    return untouched.unionByName(newest.drop(_RANK, _SRC))
 
 
 def _probe(batch_rows: DataFrame, rules: MergeRules, distinct_keys: int) -> KeyProbe:
