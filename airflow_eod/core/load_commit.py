@@ -30,12 +30,12 @@ from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, BatchRefusedError
 from airflow_eod.core.faults import fault_point
 from airflow_eod.core.manifest import Manifest
-from airflow_eod.core.merge_files import MergeBase, MergeConflict, conflict
+from airflow_eod.core.merge_files import MergeBase, MergeConflict, conflict, merge_live_files
 from airflow_eod.core.planlog.retention import DEFAULT_RETENTION, RETENTION_KEY
 from airflow_eod.core.planlog.store import PlanLog
 from airflow_eod.core.records.compaction import maybe_compact
 from airflow_eod.core.records.store import CommitRecord, write_record
-from airflow_eod.core.replaced_files import live_files, refuse_dropping_landed_files, replaced_files
+from airflow_eod.core.replaced_files import refuse_dropping_landed_files, replaced_files
 from airflow_eod.core.staged_files import StagedBatch
 from airflow_eod.core.storage import requests_logged
 from airflow_eod.core.table_ref import TableRef
@@ -181,7 +181,7 @@ def _merge_removes(table: TableLog | None, merge: MergeBase, label: str) -> list
     if table is not None and table.version() == merge.version:
         return merge.removes
     # Another writer committed since the read: only the full snapshot tells which files changed.
-    why = conflict(merge, None if table is None else live_files(table.snapshot()))
+    why = conflict(merge, None if table is None else merge_live_files(table.ref, table.snapshot()))
     if why is not None:
         raise MergeConflict(label, f"{why}; nothing was committed")
     return merge.removes

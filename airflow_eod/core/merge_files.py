@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from deltalake import DeltaTable
 from deltalake.transaction import RemoveAction
 
+from airflow_eod.core.delta.deletion_vectors import deleted_rows
 from airflow_eod.core.errors import BatchError, BatchRefusedError
-from airflow_eod.core.replaced_files import _partition_string
+from airflow_eod.core.replaced_files import _partition_string, live_files
+from airflow_eod.core.table_ref import TableRef
 
 # Delta Spark writes timestamp statistics truncated to the millisecond: a key a little past
 # a file's stated maximum may be in it.
@@ -43,8 +46,32 @@ def file_id(add: dict[str, Any]) -> tuple[Any, ...]:
 def _dv_of(add: dict[str, Any]) -> Any:
     dv = add.get("deletion_vector")
     if isinstance(dv, dict):
-        return dv.get("path_or_inline_dv") or (dv.get("storage_type") and tuple(sorted(dv.items())))
+        return (
+            dv.get("path_or_inline_dv")
+            or (dv.get("storage_type") and tuple(sorted(dv.items())))
+            or dv.get(HIDDEN_ROWS)
+        )
     return dv
+
+
+# What :func:`merge_live_files` marks a file with a deletion vector by: the rows it hides.
+HIDDEN_ROWS = "hidden_rows"
+
+
+def merge_live_files(ref: TableRef, snapshot: DeltaTable) -> list[dict[str, Any]]:
+    """The snapshot's live files (:func:`~airflow_eod.core.replaced_files.live_files`), each
+    file that has a deletion vector marked with ``deletion_vector = {"hidden_rows": n}``.
+
+    deltalake's add actions do not say which files have one: without the mark a merge would
+    read such a file whole (the rows the vector hides coming back), and a deletion vector
+    another writer adds to a rewritten file (its DELETE, UPDATE or MERGE) would leave the
+    file's identity (:func:`file_id`) unchanged, unseen by :func:`conflict`."""
+    adds = live_files(snapshot)
+    hidden = deleted_rows(ref, snapshot)
+    for a in adds:
+        if a["path"] in hidden and not _dv_of(a):
+            a["deletion_vector"] = {HIDDEN_ROWS: hidden[a["path"]]}
+    return adds
 
 
 def has_deletion_vector(add: dict[str, Any]) -> bool:

@@ -37,10 +37,11 @@ from airflow_eod.core.merge_files import (
     MergeBase,
     MergeConflict,
     file_id,
+    merge_live_files,
     refuse_deletion_vectors,
 )
 from airflow_eod.core.merge_rules import MANIFEST_ENTRY, MergeRules
-from airflow_eod.core.replaced_files import live_files, refuse_append_only
+from airflow_eod.core.replaced_files import refuse_append_only
 from airflow_eod.core.table_layout import attempt_dir
 from airflow_eod.spark.staging import spark_uri, stage_dataframe
 
@@ -232,7 +233,7 @@ def merge_batch(
             else:
                 refuse_append_only(table, label)
                 snapshot = table.snapshot()
-                live = live_files(snapshot)
+                live = merge_live_files(spec.table, snapshot)
                 rewritten = [a for a in live if probe.may_hold(a)]
                 refuse_deletion_vectors(rewritten, label)
                 meta = table.metadata()
