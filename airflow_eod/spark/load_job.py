@@ -108,9 +108,9 @@ def _write(
 
         return merge_batch(spark_df, spec, plan, manifest, source, ctx, rules, _partitioning(spec))
     if rules is not None:
-        raise ConfigurationError(
-            f"batch {batch.label}: write_mode='merge' is not offered with engine='delta-spark' yet"
-        )
+        from airflow_eod.spark.delta_spark_merge import merge_with_delta_spark
+
+        return merge_with_delta_spark(spark_df, spec, plan, manifest, source, ctx, rules)
     if spec.settings.engine == "delta-spark":
         from airflow_eod.spark.delta_spark_engine import write_with_delta_spark
 
