@@ -31,7 +31,7 @@ so Delta Spark must commit. Its ``MERGE`` is made as safe as the copy-on-write p
 
 The first key column's range in the batch bounds the MERGE's read of the table (an
 ``ON`` condition on the target alone), so that Delta can skip files by their statistics.
-docs/merge-loads-delta-spark.md says the same for users, with deletion vectors.
+docs/merge-loads.md ("The delta-spark engine") says the same for users, with deletion vectors.
 """
 
 from __future__ import annotations
