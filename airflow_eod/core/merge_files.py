@@ -40,6 +40,18 @@ def file_id(add: dict[str, Any]) -> tuple[Any, ...]:
     return (add["log_path"], add.get("size_bytes"), add.get("modification_time"), _dv_of(add))
 
 
+def partition_values(add: dict[str, Any]) -> dict[str, Any]:
+    """The partition values of a live file (a :func:`~airflow_eod.core.replaced_files.live_files`
+    entry): deltalake 1.6 names them ``partition`` in ``get_add_actions(flatten=False)``, not
+    ``partition_values``. Read under the wrong name, every file looked unpartitioned: a merge
+    wrote the rows it kept from a rewritten file with null partition values, and removed the
+    file with none."""
+    values = add.get("partition")
+    if values is None:
+        values = add.get("partition_values")
+    return dict(values or {})
+
+
 def _dv_of(add: dict[str, Any]) -> Any:
     dv = add.get("deletion_vector")
     if isinstance(dv, dict):
@@ -70,7 +82,7 @@ class KeyProbe:
             return True
         if not self.values:
             return False
-        if self.column in (add.get("partition_values") or {}):
+        if self.column in partition_values(add):
             return True  # a key that is a partition column: its files carry no statistics of it
         lo = (add.get("min") or {}).get(self.column)
         hi = (add.get("max") or {}).get(self.column)
@@ -139,7 +151,7 @@ class MergeBase:
                 True,
                 now,
                 a.get("size_bytes"),
-                {k: _partition_string(v) for k, v in (a.get("partition_values") or {}).items()} or None,
+                {k: _partition_string(v) for k, v in partition_values(a).items()} or None,
             )
             for a in self.rewritten
         ]

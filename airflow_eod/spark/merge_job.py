@@ -37,6 +37,7 @@ from airflow_eod.core.merge_files import (
     MergeBase,
     MergeConflict,
     file_id,
+    partition_values,
     refuse_deletion_vectors,
 )
 from airflow_eod.core.merge_rules import MANIFEST_ENTRY, MergeRules
@@ -178,7 +179,7 @@ def _with_partition_values(
         match = [a for p, a in by_path.items() if spark_path.endswith("/" + p)]
         if len(match) != 1:
             raise BatchError(None, f"cannot tell which live file Spark read as {r[0]}")
-        values = match[0].get("partition_values") or {}
+        values = partition_values(match[0])
         mapping.append([r[0], *[_text(values.get(c)) for c in partition_columns]])
     fields = [
         StructField(_FILE, StringType()),

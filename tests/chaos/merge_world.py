@@ -22,7 +22,7 @@ import os
 import random
 from collections import Counter
 
-from tests.chaos.world import PARTS, Mirror, PathState, World
+from tests.chaos.world import PARTS, REQUIRED, Mirror, PathState, World
 
 MERGE_DDL = "id BIGINT, name STRING, amount BIGINT, seq BIGINT, op STRING, part STRING"
 MERGE_COLUMNS = ["id", "name", "amount", "seq", "op", "part"]
@@ -60,6 +60,7 @@ class MergeWorld(World):
         self._seq = 0
         self._used: set[int] = set()
         self._pending = 0
+        self._script: list[Change] | None = None
 
     # -- changes -----------------------------------------------------------------------
     def _fresh_seq(self) -> int:
@@ -77,27 +78,28 @@ class MergeWorld(World):
                 return s
         return None
 
-    def change(self, key: int | None = None) -> Change:
-        """One change: of ``key``, or of a key picked (a new one, or one seen before)."""
+    def change(self, key: int | None = None, *, op: str | None = None, stale: bool | None = None) -> Change:
+        """One change: of ``key``, or of a key picked (a new one, or one seen before);
+        ``op`` and ``stale`` (an older ``seq`` than the key's newest) are drawn unless given."""
         rng = self.rng
         if key is None:
             seen = sorted(self.newest)
             key = rng.choice(seen) if seen and rng.random() < 0.7 else rng.randrange(1, KEYS + 1)
-        seq: int | None = None
-        if key in self.newest and rng.random() < 0.15:
-            seq = self._stale_seq(key)
+        if stale is None:
+            stale = key in self.newest and rng.random() < 0.15
+        seq = self._stale_seq(key) if stale else None
         if seq is not None:
             kind = "stale"
-            op = rng.choice(["U", "D", "I"])
+            op = op or rng.choice(["U", "D", "I"])
         else:
             seq = self._fresh_seq()
             if key not in self.newest:
-                kind, op = "insert", "I"
-            elif key in self.deleted:
+                kind, op = "insert", op or "I"
+            elif key in self.deleted and op is None:
                 kind, op = "reinsert", "I"
             else:
-                op = rng.choice(["U", "U", "U", "D"])
-                kind = "update" if op == "U" else "delete"
+                op = op or rng.choice(["U", "U", "U", "D"])
+                kind = "update" if op != "D" else "delete"
             if op == "D":
                 self.deleted.add(key)
             else:
@@ -114,6 +116,8 @@ class MergeWorld(World):
         self._entities += 1
         e = self._entities
         changes: list[Change] = []
+        if self._script is not None:
+            changes, n_rows = self._script, 0
         for _ in range(n_rows):
             # Several changes of one key in one file: the newest of them wins (stale or not).
             again = changes and self.rng.random() < 0.3
@@ -123,6 +127,14 @@ class MergeWorld(World):
         self.changes[e] = changes
         self._pending = e
         return [(f"s{c[3]}", c[0], c[5]) for c in changes], [], e
+
+    def land_changes(self, directory: str, changes: list[Change], *, expect: str = REQUIRED) -> PathState:
+        """A new file in ``directory`` holding exactly ``changes`` (made by :meth:`change`)."""
+        self._script = list(changes)
+        try:
+            return self.land(directory, len(changes), expect=expect)
+        finally:
+            self._script = None
 
     def _write(
         self, path: str, rows: list[tuple[str, int, str]], bad: list[str], mtime: float, extra: bool = False
