@@ -6,7 +6,7 @@ kept as a tombstone), ``part`` is the partition value (awkward ones, and a key m
 another partition with an update). A file holds inserts of new keys, updates and deletes of
 keys seen before, re-inserts of deleted keys, stale changes (a ``seq`` older than one already
 written for the key) and several changes of one key. Every ``seq`` is written once in the
-whole trial (the ordering column's guarantee, docs/merge.md: two changes of a key never tie),
+whole trial (what a merge's ordering column must guarantee: two changes of a key never tie),
 so a row of the table names the change, and the file version, it came from.
 
 The files change as in an append trial (:class:`~tests.chaos.world.World`: rewritten in

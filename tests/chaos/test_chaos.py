@@ -331,7 +331,7 @@ def test_the_merge_checker_passes_a_merged_table_and_reports_each_break(
         good = check_merge_table(w, m.table, pipes)
         assert good.clean and good.rows == 4, good
 
-        schema = DeltaTable(m.table).schema().to_arrow()
+        schema = DeltaTable(m.table).to_pyarrow_table().schema
 
         def another_writer_appends(change: tuple[Any, ...]) -> None:
             row = dict(zip(MERGE_COLUMNS, change, strict=True))
@@ -352,3 +352,41 @@ def test_the_merge_checker_passes_a_merged_table_and_reports_each_break(
         assert any("(4," in x and "differs" in x for x in changed.wrong), changed
     finally:
         shutil.rmtree(m.tmp, ignore_errors=True)
+
+
+@pytest.mark.objectstore
+def test_generated_merge_histories_on_s3_keep_the_newest_row_per_key(
+    spark: Any, s3_server: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merge pipeline with the merge table (and its plan log) on S3 (SeaweedFS): every
+    merge reads the files it rewrites over s3a and commits with the store's conditional put,
+    in this process and in SIGKILLed children; the landing files stay local. Longer runs:
+    ``python -m benchmarks.chaos --pipeline merge --store s3``."""
+    from tests.chaos.store import STORE_ENV, store_env
+    from tests.support.spark_conf import find_s3a_jars
+
+    why = find_s3a_jars()
+    if why is not None:
+        if os.environ.get("EOD_REQUIRE_OBJECTSTORE"):
+            pytest.fail(why)
+        pytest.skip(why)
+    trials = int(os.environ.get("EOD_CHAOS_S3_TRIALS", "1"))
+    base_seed = int(os.environ.get("EOD_CHAOS_SEED", "22042"))
+    monkeypatch.setenv("EOD_CHAOS_KILL_PERCENT", os.environ.get("EOD_CHAOS_KILL_PERCENT", "50"))
+    monkeypatch.setenv("EOD_CHAOS_MAX_KILLS", os.environ.get("EOD_CHAOS_MAX_KILLS", "1"))
+    monkeypatch.setenv(STORE_ENV, store_env(s3_server, run=f"chaos-merge-tier-{os.getpid()}"))
+    monkeypatch.setitem(SPARK, "pipeline", "merge")
+    monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
+    REPORT.__init__()  # type: ignore[misc]
+    lines: list[str] = []
+    report = run_trials(
+        spark, trials=trials, base_seed=base_seed, per_chunk=trials, steps=8, say=lines.append
+    )
+    text = "\n".join(lines + report.lines())
+    with capsys.disabled():
+        print()
+        print(text)
+    assert report.trials >= trials
+    assert report.failures == 0 and not report.failing_seeds, text
+    assert report.outcomes["committed"] > 0, text
+    assert report.events["main_table_on_s3"] == report.trials, text
