@@ -63,7 +63,8 @@ def test_rows_a_merge_keeps_from_a_rewritten_file_keep_their_partition_values(
     spark: Any, tmp_path: Any, table: str
 ) -> None:
     """A merge rewrites every live file that may hold a batch key and writes back the rows it
-    keeps. Found by the chaos merge pipeline (tests/chaos/merge_machine.py): the partition
+    keeps. Found while building the chaos merge pipeline, by its hand-driven checker test
+    (``tests/chaos/test_chaos.py``, ``test_the_merge_checker_...``): the partition
     values of those files were read under a name deltalake 1.6 does not use
     (``partition_values``; its add actions say ``partition``), so every kept row was written
     back with a null partition value (into ``part=__HIVE_DEFAULT_PARTITION__``) and the file
