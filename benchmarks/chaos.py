@@ -5,6 +5,7 @@ PostgreSQL, each checked row by row (docs/testing.md).
                                [--kill-percent 20] [--max-kills 6] [--shrink] [--no-postgres]
                                [--delta-spark-writer] [--engine delta-rs|delta-spark|mixed]
                                [--store local|s3] [--landing-store local|s3]
+                               [--pipeline append|merge]
 
 Trials run in chunks; chunk ``i`` is generated from seed ``--seed + i``, so a failing chunk is
 replayed exactly with ``--seed S --trials N`` (``--shrink`` lets Hypothesis cut the failing
@@ -26,6 +27,14 @@ tables under ``s3://eod/<run>/<trial>/``, Spark writing over s3a (the s3a jars f
 unless ``--landing-store s3`` (with ``--store s3``) puts them on the same server too, under
 ``s3://eod/<run>/<trial>/landing/``: every landing, rewrite, delete and move is done there, and
 the landing pipelines plan from the store's listing and read over s3a.
+``--pipeline merge`` runs the merge pipeline instead of the append ones
+(tests/chaos/merge_machine.py): change files (inserts, updates, deletes, re-inserts, stale
+changes, several changes of a key in one file) loaded with ``write_mode='merge'`` by an offset
+and an interval pipeline into one table, under the same faults, each trial checked against the
+source's newest row per key over the batches the table says are committed
+(tests/chaos/merge_oracle.py). It needs no PostgreSQL and takes neither ``--engine`` other than
+``delta-rs`` nor ``--delta-spark-writer`` (the delta-spark engine refuses merge loads).
+
 What a table on an object store refuses is left out of the histories: the delta-spark engine
 and Delta Spark as the other writer (refused here), the quarantine and with it the malformed
 records (tests/chaos/store.py).
@@ -47,7 +56,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 
 from tests.chaos.machine import ENGINES, SPARK
 from tests.chaos.report import REPORT
-from tests.chaos.run import run_trials
+from tests.chaos.run import PIPELINES, run_trials
 from tests.chaos.spark_writer import DELTA_SPARK_JARS_ENV, delta_spark_conf, session_conf
 from tests.chaos.store import STORE_ENV, STORES, s3_store
 
@@ -73,10 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--landing-store", choices=STORES, default="local", help="where the landing files live"
     )
+    parser.add_argument(
+        "--pipeline", choices=PIPELINES, default="append", help="the append pipelines, or the merge pipeline"
+    )
     parser.add_argument("--timings", action="store_true", help="where the time went (tests/chaos/timing.py)")
     args = parser.parse_args(argv)
     if (args.delta_spark_writer or args.engine != "delta-rs") and not delta_spark_conf():
         parser.error(f"--delta-spark-writer and --engine need {DELTA_SPARK_JARS_ENV} (the Delta Spark jars)")
+    if args.pipeline == "merge" and (args.delta_spark_writer or args.engine != "delta-rs"):
+        parser.error("--pipeline merge takes --engine delta-rs and no --delta-spark-writer (delta-rs merges)")
     if args.landing_store == "s3" and args.store != "s3":
         parser.error("--landing-store s3 needs --store s3 (one S3 server for tables and landing files)")
     if args.store == "s3":
@@ -98,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = get_session(conf={**conf, **TINY_DATA})
     SPARK["delta_spark"] = args.delta_spark_writer
     SPARK["engine"] = args.engine
+    SPARK["pipeline"] = args.pipeline
     landing_s3 = args.landing_store == "s3"
     with s3_store(landing=landing_s3) if s3 else contextlib.nullcontext() as s3_server:
         if s3_server is not None:
@@ -121,7 +136,7 @@ def _s3_missing(args: argparse.Namespace) -> str | None:
 
 def _run(args: argparse.Namespace, argv: list[str] | None, spark: Any) -> int:
     server = None
-    if not args.no_postgres and os.path.exists(POSTGRES_JDBC_JAR):
+    if not args.no_postgres and args.pipeline == "append" and os.path.exists(POSTGRES_JDBC_JAR):
         from tests.support.postgres_server import PostgresServer
 
         server = PostgresServer.start()
@@ -153,7 +168,9 @@ def _run(args: argparse.Namespace, argv: list[str] | None, spark: Any) -> int:
         if server is not None:
             server.stop()
     print(f"chaos: command: python -m benchmarks.chaos {' '.join(argv or sys.argv[1:])}")
-    print(f"chaos: JDBC pipeline: {'on' if server is not None else 'off (no PostgreSQL)'}")
+    print(f"chaos: pipeline {args.pipeline}")
+    jdbc = "on" if server is not None else "off (no PostgreSQL, or --pipeline merge)"
+    print(f"chaos: JDBC pipeline: {jdbc}")
     writer = "on" if args.delta_spark_writer else "off"
     print(f"chaos: Delta Spark as the other writer: {writer}; engine {args.engine}")
     if args.store == "s3":

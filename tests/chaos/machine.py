@@ -139,6 +139,9 @@ class _RaceWatch(logging.Handler):
         text = record.getMessage()
         if "lost a race" in text or "created the table first" in text:
             self.lost += 1
+        if "computing the merge again" in text:
+            # A merge lost to another writer of its files (tests/chaos/merge_machine.py).
+            REPORT.count("events", "merge_recomputed_after_a_conflict")
 
 
 RACES = _RaceWatch()  # attached to the airflow_eod logger while trials run (tests/chaos/run.py)

@@ -14,11 +14,26 @@ from tests.chaos.children import CHILDREN
 from tests.chaos.machine import RACES, SPARK, ChaosMachine
 from tests.chaos.report import REPORT, ChaosReport
 
+PIPELINES = ("append", "merge")
+
+
+def machine_class() -> type[ChaosMachine]:
+    """The trials' machine: the append pipelines (the default), or the merge pipeline
+    (``SPARK["pipeline"] == "merge"``, tests/chaos/merge_machine.py)."""
+    pipeline = SPARK.get("pipeline", "append")
+    if pipeline not in PIPELINES:
+        raise ValueError(f"pipeline must be one of {', '.join(PIPELINES)}, not {pipeline!r}")
+    if pipeline == "merge":
+        from tests.chaos.merge_machine import MergeChaosMachine
+
+        return MergeChaosMachine
+    return ChaosMachine
+
 
 def run_chunk(spark: Any, *, trials: int, chunk_seed: int, steps: int, shrink: bool) -> str | None:
     """``trials`` trials generated from ``chunk_seed``; the failure text, or ``None``."""
     SPARK["session"] = spark
-    machine = seed(chunk_seed)(type(f"ChaosSeed{chunk_seed}", (ChaosMachine,), {"salt": chunk_seed}))
+    machine = seed(chunk_seed)(type(f"ChaosSeed{chunk_seed}", (machine_class(),), {"salt": chunk_seed}))
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
     logger = logging.getLogger("airflow_eod")
     level = logger.level

@@ -243,3 +243,150 @@ def test_delta_spark_as_the_other_writer_and_as_the_engine(
     spark_ops = {k: v for k, v in report.faults.items() if k.startswith("spark_")}
     assert sum(spark_ops.values()) >= trials, text
     assert report.events["committed_by_delta-spark"] > 0, text
+
+
+def test_generated_merge_histories_keep_the_newest_row_per_key(
+    spark: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merge pipeline (tests/chaos/merge_machine.py): change files (inserts, updates and
+    deletes of keys seen before, stale changes, several changes of a key in one file) merged
+    by an offset and an interval pipeline into one table under the harness's faults (raises
+    at every point, SIGKILLs, zombies, racing runs and pipelines, backfills newest first and
+    in parallel, restatements, another writer's maintenance), each trial checked against the
+    source's newest row per key over the batches the table says are committed. CI runs a
+    few; ``EOD_CHAOS_MERGE_TRIALS`` raises it; long runs:
+    ``python -m benchmarks.chaos --pipeline merge --trials 200``."""
+    trials = int(os.environ.get("EOD_CHAOS_MERGE_TRIALS", "2"))
+    base_seed = int(os.environ.get("EOD_CHAOS_SEED", "22022"))
+    monkeypatch.setenv("EOD_CHAOS_KILL_PERCENT", os.environ.get("EOD_CHAOS_KILL_PERCENT", "50"))
+    monkeypatch.setenv("EOD_CHAOS_MAX_KILLS", os.environ.get("EOD_CHAOS_MAX_KILLS", "1"))
+    monkeypatch.setitem(SPARK, "pipeline", "merge")
+    monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
+    REPORT.__init__()  # type: ignore[misc]
+    lines: list[str] = []
+    report = run_trials(
+        spark, trials=trials, base_seed=base_seed, per_chunk=trials, steps=8, say=lines.append
+    )
+    text = "\n".join(lines + report.lines())
+    with capsys.disabled():
+        print()
+        print(text)
+    assert report.trials >= trials
+    assert report.failures == 0 and not report.failing_seeds, text
+    # The trials merged, and the checker looked at rows.
+    assert report.events["merge_trial"] == report.trials, text
+    assert report.outcomes["committed"] > 0 and report.events["merge_rows_checked"] > 0, text
+
+
+def test_the_merge_checker_passes_a_merged_table_and_reports_each_break(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Driven by hand: an offset batch (a key changed twice in one file), two days backfilled
+    newest first (the older day carries a stale update), a late file loaded by restating its
+    day. The table holds each key's newest change, a delete as its tombstone, and the checker
+    passes it. Then the table is broken four ways and each is reported: a key's row twice
+    (duplicate), a key gone (loss), a key set back to an older change of its own (regressed,
+    a wrong row), a value changed (wrong)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from tests.chaos.machine import _interval_key
+    from tests.chaos.merge_machine import MergeChaosMachine
+    from tests.chaos.merge_oracle import check_merge_table
+    from tests.chaos.merge_world import MERGE_COLUMNS
+    from tests.chaos.world import OPTIONAL, REQUIRED
+
+    monkeypatch.setitem(SPARK, "session", spark)
+    monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
+    REPORT.__init__()  # type: ignore[misc]
+    m = MergeChaosMachine()
+    m.setup(seed=22)
+    m.kill_budget = 0
+    w = m.mworld
+    pipes = [p.pipeline_id for p in m.pipes.values()]
+    day = {d: m.day_dir(m.pipes["mint"], m.interval_for(d, "daily")[0]) for d in (1, 3)}
+    try:
+        inserts = [w.change(k, op="I", stale=False) for k in (1, 2, 3, 4)]
+        twice = w.change(1, op="U", stale=False)
+        w.land_changes(m.pipes["moff"].root, [*inserts, twice])
+        assert m.dag_run(m.new_run(m.pipes["moff"])) is None
+        newest_2, delete_3 = w.change(2, op="U", stale=False), w.change(3, op="D", stale=False)
+        w.land_changes(day[3], [newest_2, delete_3])
+        stale_2, update_4 = w.change(2, op="U", stale=True), w.change(4, op="U", stale=False)
+        w.land_changes(day[1], [stale_2, update_4])
+        runs = {d: m.new_run(m.pipes["mint"], m.interval_for(d, "daily")) for d in (3, 1)}
+        for d in (3, 1):  # newest first
+            assert m.dag_run(runs[d]) is None
+        late_4 = w.change(4, op="U", stale=False)
+        w.land_changes(day[1], [late_4], expect=OPTIONAL)
+        restate = m.new_run(m.pipes["mint"], runs[1].interval, restate=True, key=_interval_key(runs[1]))
+        assert m.dag_run(restate) is None
+        for s in w.files_in(day[1]):
+            s.expect = REQUIRED
+        assert not m.drain()
+        read = DeltaTable(m.table).to_pyarrow_table().to_pylist()
+        held = {r["id"]: tuple(r[c] for c in MERGE_COLUMNS) for r in read}
+        assert held == {1: twice, 2: newest_2, 3: delete_3, 4: late_4}, held
+        assert stale_2[3] < newest_2[3]
+        good = check_merge_table(w, m.table, pipes)
+        assert good.clean and good.rows == 4, good
+
+        schema = DeltaTable(m.table).to_pyarrow_table().schema
+
+        def another_writer_appends(change: tuple[Any, ...]) -> None:
+            row = dict(zip(MERGE_COLUMNS, change, strict=True))
+            write_deltalake(m.table, pa.Table.from_pylist([row], schema=schema), mode="append")
+
+        another_writer_appends(twice)
+        dup = check_merge_table(w, m.table, pipes)
+        assert any("key 1 has 2 rows" in d for d in dup.duplicates) and not dup.losses, dup
+        DeltaTable(m.table).delete("id = 1")
+        lost = check_merge_table(w, m.table, pipes)
+        assert any("key 1 is missing" in x for x in lost.losses) and not lost.duplicates, lost
+        DeltaTable(m.table).delete("id = 2")
+        another_writer_appends(inserts[1])
+        back = check_merge_table(w, m.table, pipes)
+        assert any("key 2 regressed" in x for x in back.wrong), back
+        DeltaTable(m.table).update(predicate="id = 4", updates={"amount": "amount + 1"})
+        changed = check_merge_table(w, m.table, pipes)
+        assert any("(4," in x and "differs" in x for x in changed.wrong), changed
+    finally:
+        shutil.rmtree(m.tmp, ignore_errors=True)
+
+
+@pytest.mark.objectstore
+def test_generated_merge_histories_on_s3_keep_the_newest_row_per_key(
+    spark: Any, s3_server: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merge pipeline with the merge table (and its plan log) on S3 (SeaweedFS): every
+    merge reads the files it rewrites over s3a and commits with the store's conditional put,
+    in this process and in SIGKILLed children; the landing files stay local. Longer runs:
+    ``python -m benchmarks.chaos --pipeline merge --store s3``."""
+    from tests.chaos.store import STORE_ENV, store_env
+    from tests.support.spark_conf import find_s3a_jars
+
+    why = find_s3a_jars()
+    if why is not None:
+        if os.environ.get("EOD_REQUIRE_OBJECTSTORE"):
+            pytest.fail(why)
+        pytest.skip(why)
+    trials = int(os.environ.get("EOD_CHAOS_S3_TRIALS", "1"))
+    base_seed = int(os.environ.get("EOD_CHAOS_SEED", "22042"))
+    monkeypatch.setenv("EOD_CHAOS_KILL_PERCENT", os.environ.get("EOD_CHAOS_KILL_PERCENT", "50"))
+    monkeypatch.setenv("EOD_CHAOS_MAX_KILLS", os.environ.get("EOD_CHAOS_MAX_KILLS", "1"))
+    monkeypatch.setenv(STORE_ENV, store_env(s3_server, run=f"chaos-merge-tier-{os.getpid()}"))
+    monkeypatch.setitem(SPARK, "pipeline", "merge")
+    monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
+    REPORT.__init__()  # type: ignore[misc]
+    lines: list[str] = []
+    report = run_trials(
+        spark, trials=trials, base_seed=base_seed, per_chunk=trials, steps=8, say=lines.append
+    )
+    text = "\n".join(lines + report.lines())
+    with capsys.disabled():
+        print()
+        print(text)
+    assert report.trials >= trials
+    assert report.failures == 0 and not report.failing_seeds, text
+    assert report.outcomes["committed"] > 0, text
+    assert report.events["main_table_on_s3"] == report.trials, text

@@ -137,3 +137,55 @@ def test_bad_merge_input_is_refused_by_name_and_commits_nothing(
     with pytest.raises(SchemaMismatchError, match="amount"):
         run_load(spark, spec_for(other, table, plan, **MERGE_SETTINGS))
     assert check_merge(table, [(1, "a", 1, 1, "I")]).ok  # nothing else landed
+
+
+def test_rows_a_merge_keeps_from_a_rewritten_file_keep_their_partition_values(
+    spark: Any, tmp_path: Any, table: str
+) -> None:
+    """A merge rewrites every live file that may hold a batch key and writes back the rows it
+    keeps. Found while building the chaos merge pipeline, by its hand-driven checker test
+    (``tests/chaos/test_chaos.py``, ``test_the_merge_checker_...``): the partition
+    values of those files were read under a name deltalake 1.6 does not use
+    (``partition_values``; its add actions say ``partition``), so every kept row was written
+    back with a null partition value (into ``part=__HIVE_DEFAULT_PARTITION__``) and the file
+    removed without its partition values. Here each key is in a partition of its own, with the
+    awkward values the chaos world uses, and a batch of stale changes (older seq, other
+    partition) touches every key: the table must be as before, partition values included."""
+    from deltalake import DeltaTable
+
+    from airflow_eod.sources.landing_files import LandingFilesSource
+
+    parts = ["a", "b c", "x%y", "é", "k=v", "[1]", "p#q", "日", "50%", "a:b"]
+    ddl = "id BIGINT, name STRING, amount BIGINT, seq BIGINT, op STRING, part STRING"
+    landing = str(tmp_path / "landing")
+    source = LandingFilesSource(path=landing, file_format="csv", schema=ddl)
+    settings = {**MERGE_SETTINGS, "partition_by": ["part"]}
+
+    def land(name: str, rows: list[tuple[Any, ...]]) -> None:
+        os.makedirs(landing, exist_ok=True)
+        with open(os.path.join(landing, name), "w", encoding="utf-8") as fh:
+            fh.write("id,name,amount,seq,op,part\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+
+    first = [(i, f"n{i}", i, 10, "I", p) for i, p in enumerate(parts, 1)]
+    land("c-1.csv", first)
+    run = "run-1"
+    assert run_load(
+        spark, spec_for(source, table, plan_for(source, table, run, "tests.merge"), **settings)
+    ).rows
+    land("c-2.csv", [(i, f"stale{i}", 0, 5, "U", "a") for i in range(1, len(parts) + 1)])
+    second = run_load(
+        spark, spec_for(source, table, plan_for(source, table, "run-2", "tests.merge"), **settings)
+    )
+    assert second.outcome == "committed"
+    got = sorted(
+        tuple(r.values())
+        for r in DeltaTable(table)
+        .to_pyarrow_table()
+        .select(["id", "name", "amount", "seq", "op", "part"])
+        .to_pylist()
+    )
+    assert got == first
+    # The files the second merge rewrote were removed with their partition values.
+    log = os.path.join(table, "_delta_log", f"{second.table_version:020d}.json")
+    removes = [json.loads(line)["remove"] for line in open(log, encoding="utf-8") if '"remove"' in line]
+    assert removes and all(r.get("partitionValues", {}).get("part") in parts for r in removes), removes
