@@ -144,7 +144,7 @@ $(BENCH_STAMP): pyproject.toml | $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-bench: check-java $(BENCH_STAMP) jars-s3 ## the benchmarks (QUICK=1 for a reduced set; benchmarks/README.md)
+bench: check-java $(BENCH_STAMP) jars jars-s3 ## the benchmarks (QUICK=1 for a reduced set; benchmarks/README.md)
 	$(BIN)/python -m benchmarks.run $(if $(filter-out 0,$(QUICK)),--quick) $(if $(filter-out 0,$(RESUME)),--resume)
 
 # A wheel and an sdist in dist/ (README "Use it in a DAG"). `build` lives in a venv of its own,

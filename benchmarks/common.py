@@ -135,7 +135,7 @@ def fmt_int(n: int) -> str:
     return f"{n:,}"
 
 
-AREAS = ("history", "load", "peer", "engines", "objectstore")
+AREAS = ("history", "load", "peer", "engines", "merge", "objectstore")
 
 
 @dataclass
@@ -165,6 +165,10 @@ class Settings:
     store_asks: int = 50  # cold asks of the oldest and of the newest batch per checkpoint
     store_rows: list[int] = field(default_factory=lambda: [1_000_000])
     store_reps: int = 3  # rotating rounds of (plain Parquet, plain Delta, eod) per size
+    # The merge area (benchmarks/merge.py): the table's rows, and rounds of (airflow-eod merge
+    # load, Delta Spark MERGE) per change batch.
+    merge_rows: int = 10_000_000
+    merge_reps: int = 1
     areas: list[str] = field(default_factory=lambda: list(AREAS))
 
     @classmethod
@@ -204,6 +208,7 @@ class Settings:
             store_window=20,
             store_asks=20,
             store_rows=[100_000],
+            merge_rows=1_000_000,
         )
 
     @classmethod
@@ -228,6 +233,7 @@ class Settings:
             store_asks=2,
             store_rows=[2_000],
             store_reps=1,
+            merge_rows=5_000,
         )
 
 
@@ -241,11 +247,27 @@ def spark_session() -> SparkSession:
     from tests.support.spark_conf import find_s3a_jars, session_conf
 
     find_s3a_jars()  # sets EOD_S3A_JARS when `make test` fetched them; the area says why not otherwise
+    find_delta_spark_jars()  # the engines and merge areas; each says why not where they are missing
     conf = {**session_conf(POSTGRES_JDBC_JAR, s3a=True), "spark.ui.showConsoleProgress": "false"}
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     spark = get_session(conf=conf, app_name="airflow-eod-bench")
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def find_delta_spark_jars() -> None:
+    """Put the Delta Spark jars ``make jars`` fetched into the cache in EOD_DELTA_SPARK_JARS,
+    unless it names jars already (as ``tests/conftest.py`` does for the tests)."""
+    if os.environ.get(DELTA_SPARK_JARS_ENV):
+        return
+    from airflow_eod.spark.jars import JarFetchError, cached, delta_spark_jars
+
+    try:
+        paths = cached(delta_spark_jars())
+    except JarFetchError:
+        return
+    if paths:
+        os.environ[DELTA_SPARK_JARS_ENV] = ",".join(paths)
 
 
 def _first_line(cmd: list[str]) -> str:

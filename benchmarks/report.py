@@ -10,7 +10,7 @@ from typing import Any
 from benchmarks.common import Row
 
 COLUMNS = ("area", "figure", "value", "unit", "target", "ratio", "status", "note")
-_COUNT_UNITS = {"bytes", "files", "markers", "requests", "batches"}
+_COUNT_UNITS = {"bytes", "files", "markers", "requests", "batches", "rows"}
 
 
 def fmt_value(value: float | None, unit: str) -> str:

@@ -3,7 +3,7 @@ targets, ratios and verdicts.
 
     python -m benchmarks.run [--quick | --smoke] [--only AREA,...] [--resume] [--work DIR]
 
-Areas: history, load, peer, engines, objectstore (benchmarks/README.md).
+Areas: history, load, peer, engines, merge, objectstore (benchmarks/README.md).
 
 Prints the table, writes ``benchmarks/results/<quick|full>.json`` and PNG charts beside it,
 and rewrites the run's section of ``benchmarks/README.md``. ``--smoke`` runs every area at
@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import engines, history, load, object_store, peer
+from benchmarks import engines, history, load, merge, object_store, peer
 from benchmarks.common import AREAS, Row, Settings, machine, progress, spark_session
 from benchmarks.report import readme_section, summary, text_table, update_readme, write_json
 
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         "load": lambda: load.run(settings, spark, os.path.join(work, "load")),
         "peer": lambda: peer.run(settings, spark, os.path.join(work, "peer")),
         "engines": lambda: engines.run(settings, spark, os.path.join(work, "engines")),
+        "merge": lambda: merge.run(settings, spark, os.path.join(work, "merge")),
         "objectstore": lambda: object_store.run(settings, spark, os.path.join(work, "objectstore")),
     }
     rows: list[Row] = []
@@ -108,9 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     results_dir = work if args.smoke else RESULTS
     write_json(results, os.path.join(results_dir, f"{settings.mode}.json"))
     if not args.smoke:
-        from benchmarks.charts import draw_all  # matplotlib: the `bench` extra
-
-        charts = draw_all(results, RESULTS)
+        try:
+            from benchmarks.charts import draw_all  # matplotlib: the `bench` extra
+        except ImportError as exc:
+            # The figures are measured and in the JSON: a missing chart library loses no result.
+            progress(f"no charts drawn ({exc}): `make bench` installs the bench extra")
+            charts: list[str] = []
+        else:
+            charts = draw_all(results, RESULTS)
         if not args.no_readme:
             update_readme(os.path.join(HERE, "README.md"), settings.mode, readme_section(results, charts))
     print()

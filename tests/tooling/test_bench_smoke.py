@@ -58,7 +58,8 @@ def test_every_benchmark_area_runs(tmp_path: str) -> None:
         errors = [r for r in errors if "jdbc" not in r["figure"]]
     assert errors == [], errors
     areas = {r["area"] for r in rows}
-    assert {"ask", "commit", "planning", "state", "load", "peer", "engines", "objectstore"} <= areas, areas
+    want = {"ask", "commit", "planning", "state", "load", "peer", "engines", "merge", "objectstore"}
+    assert want <= areas, areas
     peer = [r["figure"] for r in rows if r["area"] == "peer"]
     for case in ("one file", "partitioned"):
         assert any(f.startswith(f"{case}:") and "airflow-eod, total" in f for f in peer), peer
@@ -83,3 +84,24 @@ def test_the_engines_area_loads_with_both_engines_beside_a_plain_delta_write(tmp
         assert mine["value"] is not None and mine["value"] > 0, mine
         assert mine["ratio"] is not None and mine["ratio"] > 0, mine
         assert "plain Delta write" in mine["note"], mine
+
+
+@pytest.mark.delta_spark
+def test_the_merge_area_merges_with_airflow_eod_beside_a_delta_spark_merge(tmp_path: str) -> None:
+    """``benchmarks.run --smoke --only merge`` with the Delta Spark jars: for each change batch
+    the airflow-eod merge load and Delta Spark's MERGE are measured side by side, as ratios,
+    and both tables equal the reference (the area crashes if they do not), with the files and
+    rows each rewrote."""
+    from benchmarks.merge import CASES
+
+    rows = _smoke_rows(os.path.join(str(tmp_path), "bench"), "--only", "merge")
+    merge = [r for r in rows if r["area"] == "merge"]
+    assert [r for r in rows if r["status"] == "ERROR"] == [], rows
+    for case in CASES:
+        mine = {r["figure"].split("): ", 1)[1]: r for r in merge if f", {case.name} (" in r["figure"]}
+        eod = mine["airflow-eod merge load (delta-rs engine), wall"]
+        assert eod["value"] > 0 and eod["ratio"] is not None and eod["ratio"] > 0, eod
+        assert mine["both tables equal the reference"]["value"] > 0, mine
+        for figure in ("files rewritten (removed)", "rows written"):
+            ours, theirs = mine[f"{figure}, airflow-eod"], mine[f"{figure}, Delta Spark MERGE"]
+            assert ours["value"] > 0 and theirs["value"] > 0, (ours, theirs)
