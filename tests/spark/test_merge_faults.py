@@ -1,9 +1,10 @@
 """Merge loads (write_mode='merge') under crashes, races, other writers, backfills in any
 order, restatement and partitioning, with real Spark and real Delta tables.
 
-Every case ends with :func:`~tests.support.merge_helpers.check_merge` (the table against the
-source's newest change per key, row by row) and with the table holding each batch once: the
-ask says committed and the Delta log carries exactly one ``txn`` of the batch's generation.
+Every case that commits ends with :func:`~tests.support.merge_helpers.check_merge` (the table
+against the source's newest change per key, row by row) and with the table holding each
+batch once: the ask says committed and the Delta log carries exactly one ``txn`` of the
+batch's generation. The deletion-vector cases end refused, with the table as it was.
 """
 
 from __future__ import annotations
@@ -600,8 +601,10 @@ def test_an_update_that_moves_a_key_to_another_partition_leaves_no_duplicate(
         (5, "east", 0, 0, "U"),
     ]
     write_changes(landing, "c-0002.csv", second)
-    assert _merge(spark, landing, table, "run-2").outcome == "committed"
+    merged = _merge(spark, landing, table, "run-2")
+    assert merged.outcome == "committed" and merged.batch_key is not None
     _assert_merged(table, first + second)
+    _assert_once(table, BatchKey(PIPE, merged.batch_key))
     by_partition = {r["id"]: r["name"] for r in table_rows(table)}
     assert (by_partition[1], by_partition[2], by_partition[5]) == ("west", "north side", regions[5 % 3])
 
@@ -616,8 +619,10 @@ def test_a_key_that_is_the_partition_column_merges_within_its_partition(
     second = [(2, "u2", 1, 2, "U"), (3, "u3", 1, 2, "U"), (4, "n4", 40, 2, "D"), (7, "n7", 70, 2, "I")]
     second += [(2, "u2-later", 2, 3, "U"), (5, "stale", 0, 0, "U")]
     write_changes(landing, "c-0002.csv", second)
-    assert _merge(spark, landing, table, "run-2").outcome == "committed"
+    merged = _merge(spark, landing, table, "run-2")
+    assert merged.outcome == "committed" and merged.batch_key is not None
     _assert_merged(table, first + second)
+    _assert_once(table, BatchKey(PIPE, merged.batch_key))
     assert DeltaTable(table).metadata().partition_columns == ["id"]
 
 
