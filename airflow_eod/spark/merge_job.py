@@ -272,7 +272,7 @@ def _with_partition_values(
             raise BatchError(None, f"cannot tell which live file Spark read as {r[0]}")
         match = [by_path[max(found, key=len)]]
         values = match[0].get("partition_values") or {}
-        mapping.append([r[0], *[_text(values.get(c)) for c in partition_columns]])
+        mapping.append([r[0], *[partition_string(values.get(c)) for c in partition_columns]])
     fields = [
         StructField(_FILE, StringType()),
         *[StructField(f"_eod_p{i}", StringType()) for i in range(len(partition_columns))],
@@ -283,10 +283,6 @@ def _with_partition_values(
     for i, c in enumerate(partition_columns):
         joined = joined.withColumn(c, F.col(f"_eod_p{i}").cast(types[c]))
     return joined
-
-
-def _text(value: Any) -> str | None:
-    return partition_string(value)
 
 
 def merge_batch(
