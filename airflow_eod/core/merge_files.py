@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from deltalake import DeltaTable
 from deltalake.transaction import RemoveAction
 
 from airflow_eod.core.delta.deletion_vectors import deleted_rows
-from airflow_eod.core.errors import BatchError, BatchRefusedError
+from airflow_eod.core.errors import BatchError, BatchRefusedError, UnsafePathError
 from airflow_eod.core.replaced_files import live_files, partition_string
 from airflow_eod.core.table_ref import TableRef
 
@@ -168,6 +169,23 @@ def conflict(base: MergeBase, live_now: list[dict[str, Any]] | None) -> str | No
             f"(e.g. {added[0]['log_path']})"
         )
     return None
+
+
+def refuse_paths_outside(rewritten: list[dict[str, Any]], label: str) -> None:
+    """Refuse to read (and remove) a live file whose log path leads out of the table's
+    directory: an absolute path or URI, or a ``..``, ``.`` or empty part (invariant I11). The
+    log is table content another writer may have written; the merge would copy such a
+    file's rows into the table and commit a remove of it."""
+    for a in rewritten:
+        path = unquote(a["log_path"])
+        parts = path.split("/")
+        if urlparse(path).scheme or path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise UnsafePathError(
+                label,
+                f"the live file {a['log_path']!r}, which the merge would read and rewrite, is not a "
+                "path inside the table's directory (an absolute path, a URI or a '..'); nothing was "
+                "read or committed. Remove that file from the table with the writer that added it",
+            )
 
 
 def refuse_deletion_vectors(rewritten: list[dict[str, Any]], label: str) -> None:

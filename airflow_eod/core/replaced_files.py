@@ -19,6 +19,7 @@ from airflow_eod.core.delta.deletion_vectors import deleted_rows
 from airflow_eod.core.delta.log import TableLog
 from airflow_eod.core.errors import BatchRefusedError
 from airflow_eod.core.manifest import Manifest
+from airflow_eod.core.merge_rules import MANIFEST_ENTRY
 from airflow_eod.core.table_layout import batch_dir
 
 
@@ -86,6 +87,20 @@ def refuse_dropping_landed_files(status: BatchStatus, manifest: Manifest, label:
         )
 
 
+def refuse_replacing_a_merge(status: BatchStatus, label: str) -> None:
+    """Refuse a restatement that swaps files (an append's) of a batch whose committed
+    generation was a merge: a merge's files hold every row of the files it rewrote, other
+    batches' keys included, so removing "the batch's files" would remove those keys too."""
+    if status.manifest is not None and MANIFEST_ENTRY in status.manifest.extra:
+        raise BatchRefusedError(
+            label,
+            f"generation {status.committed_generation} of the batch was a merge (write_mode='merge'): "
+            "its files hold the rows of every file that merge rewrote, other batches' keys included, "
+            "so a restatement that appends (and removes the batch's files) would remove those keys "
+            "too; nothing was committed. Restate it with write_mode='merge' and the same merge rules",
+        )
+
+
 def replaced_files(table: TableLog, batch: BatchKey, status: BatchStatus, label: str) -> list[RemoveAction]:
     """The files a restatement removes, checked against what the table says it holds.
 
@@ -94,6 +109,7 @@ def replaced_files(table: TableLog, batch: BatchKey, status: BatchStatus, label:
     and removing the rest would leave those rows beside the new generation's.
     """
     refuse_append_only(table, label)
+    refuse_replacing_a_merge(status, label)
     gen = status.committed_generation
     # The swap needs the live files, which only the full snapshot knows; restatements are rare.
     snapshot = table.snapshot()

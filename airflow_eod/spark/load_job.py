@@ -32,7 +32,7 @@ from airflow_eod.core.manifest import Manifest
 from airflow_eod.core.planlog.retention import check_retention
 from airflow_eod.core.planlog.store import Plan
 from airflow_eod.core.quarantine_outbox import deliver_outbox, with_outbox
-from airflow_eod.core.replaced_files import refuse_append_only
+from airflow_eod.core.replaced_files import refuse_append_only, refuse_replacing_a_merge
 from airflow_eod.core.result import (
     ALREADY_COMMITTED,
     COMMITTED,
@@ -227,6 +227,8 @@ def _run_load(
             table_compat.check_writable(table, spec.table)
             if spec.restate:
                 refuse_append_only(table, batch.label)
+                if spec.settings.merge is None:
+                    refuse_replacing_a_merge(status, batch.label)
         if not spec.restate:
             check_retention(table, plan)
         fault_point("before_write")

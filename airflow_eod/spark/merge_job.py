@@ -45,6 +45,7 @@ from airflow_eod.core.merge_files import (
     file_id,
     merge_live_files,
     refuse_deletion_vectors,
+    refuse_paths_outside,
 )
 from airflow_eod.core.merge_rules import MANIFEST_ENTRY, MergeRules
 from airflow_eod.core.planlog.restatement import refreeze_hint
@@ -141,16 +142,37 @@ def _check_delete_when(df: DataFrame, rules: MergeRules, label: str) -> None:
         )
 
 
+def _col(name: str) -> Column:
+    """The column ``name``, quoted: a table column may be called ``a.b`` (Spark would read
+    an unquoted one as field ``b`` of a struct ``a``)."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _holds_map(kind: Any) -> bool:
+    """Whether the type ``kind`` is or holds a map (in a struct field or an array element)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(kind, MapType):
+        return True
+    if isinstance(kind, ArrayType):
+        return _holds_map(kind.elementType)
+    if isinstance(kind, StructType):
+        return any(_holds_map(f.dataType) for f in kind.fields)
+    return False
+
+
 def _row_hash(df: DataFrame) -> Column:
     """A hash of a row's content over its columns in name order: the tie-break between rows
     of one key with one ordering value, the same for a row however it reached Spark (a batch
     aligned to the table's columns, or the table's file)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import MapType
 
     types = {f.name: f.dataType for f in df.schema.fields}
-    # xxhash64 takes any type but a map; a map is hashed through its JSON.
-    cols = [F.to_json(F.col(c)) if isinstance(types[c], MapType) else F.col(c) for c in sorted(types)]
+    # xxhash64 takes any type but one that is or holds a map (a struct field, an array
+    # element): such a column is hashed through its JSON.
+    cols = [F.to_json(_col(c)) if _holds_map(types[c]) else _col(c) for c in sorted(types)]
     return F.xxhash64(*cols)
 
 
@@ -172,7 +194,7 @@ def _aligned(df: DataFrame, fields: list[Any]) -> DataFrame:
 
     have = set(df.columns)
     return df.select(
-        *[(F.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name) for f in fields]
+        *[(_col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name) for f in fields]
     )
 
 
@@ -235,7 +257,6 @@ def read_files(
 ) -> DataFrame:
     """The rows of the live ``files`` (snapshot entries), with their partition values from
     the log, in the table's schema."""
-    from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     spark = batch_rows.sparkSession
@@ -248,7 +269,7 @@ def read_files(
     rows = spark.read.schema(data_schema).parquet(*uris)
     if partition_columns:
         rows = _with_partition_values(rows, files, schema, partition_columns)
-    return rows.select(*[F.col(f.name) for f in schema.fields])
+    return rows.select(*[_col(f.name) for f in schema.fields])
 
 
 def _with_partition_values(
@@ -329,6 +350,7 @@ def merge_batch(
                 live = merge_live_files(spec.table, snapshot)
                 rewritten = [a for a in live if probe.may_hold(a)]
                 refuse_deletion_vectors(rewritten, label)
+                refuse_paths_outside(rewritten, label)
                 meta = table.metadata()
                 base = MergeBase(table.version(), {file_id(a) for a in live}, rewritten, probe)
                 table_rows = read_files(

@@ -11,8 +11,9 @@ ordering values and deletes, written before its commit), judged against the live
   (every key, when a batch's digest is not read);
 - ``merge_key_regressed``: a key of the batch whose live row is older than the batch's, or
   as old but of the other delete-ness (a delete brought back, a tombstone overwritten);
-- ``merge_key_lost``: a key of the batch with no live row, where no merge batch that
-  removes its deletes (``keep_tombstones=False``) deleted it at the batch's value or later.
+- ``merge_key_lost``: a key of the batch with no live row, where no merge batch deleted it
+  at the batch's value or later (without tombstones that delete removed the row; with them,
+  another writer may purge the tombstone, as docs/merge-loads.md allows).
 
 A digest that is missing is a warning (``merge_keys_missing``); one whose folder is not the
 batch's own is refused unread (``merge_keys_refused``).
@@ -145,16 +146,16 @@ def _regressed_or_lost(
         ]
     )
     joined = union.join(_newest_live(live, rules), keys, join_type="left outer")
-    superseded: Any = pa.repeat(False, joined.num_rows)
-    if not rules.keep_tombstones:
-        # A delete removes the key's row: its absence is the newest state from then on.
-        deletes = union.filter(union[DELETE_COLUMN]).group_by(keys).aggregate([(ORDER, "max")])
-        joined = joined.join(
-            deletes.select([*keys, f"{ORDER}_max"]).rename_columns([*keys, _HARD]),
-            keys,
-            join_type="left outer",
-        )
-        superseded = pc.fill_null(pc.greater_equal(joined[_HARD], joined[ORDER]), False)
+    # A delete at the batch's value or later makes the key's absence its newest state: a
+    # merge without tombstones removes the row, and with tombstones another writer may purge
+    # them once no older batch can arrive (docs/merge-loads.md calls that safe).
+    deletes = union.filter(union[DELETE_COLUMN]).group_by(keys).aggregate([(ORDER, "max")])
+    joined = joined.join(
+        deletes.select([*keys, f"{ORDER}_max"]).rename_columns([*keys, _HARD]),
+        keys,
+        join_type="left outer",
+    )
+    superseded = pc.fill_null(pc.greater_equal(joined[_HARD], joined[ORDER]), False)
     absent = pc.is_null(joined[_LIVE])
     lost = pc.and_(absent, pc.invert(superseded))
     older = pc.fill_null(pc.less(joined[_LIVE], joined[ORDER]), False)
