@@ -159,7 +159,7 @@ def _name(column: str) -> str:
 
 
 def merge_statement(
-    table_path: str,
+    target: str,
     view: str,
     columns: list[str],
     rules: MergeRules,
@@ -168,6 +168,8 @@ def merge_statement(
     evolve: bool,
 ) -> str:
     """The ``MERGE`` of the source view ``view`` (:func:`merge_source`) into the table.
+
+    :param target: the table's location, as Spark's ``delta.`...``` names it.
 
     :param columns: the batch's columns (the ones the MERGE writes; Delta fills the table's
         generated and identity columns itself).
@@ -183,7 +185,7 @@ def merge_statement(
     names = ", ".join(_name(c) for c in columns)
     values = ", ".join(f"s.{_name(c)}" for c in columns)
     return (
-        f"MERGE {'WITH SCHEMA EVOLUTION ' if evolve else ''}INTO delta.{_name(table_path)} AS t "
+        f"MERGE {'WITH SCHEMA EVOLUTION ' if evolve else ''}INTO delta.{_name(target)} AS t "
         f"USING {view} AS s ON {' AND '.join(on)} "
         f"WHEN MATCHED AND (s.{_ROWS} > 1 OR s.{_DROP}) THEN DELETE "
         f"WHEN MATCHED THEN UPDATE SET {updates} "
