@@ -225,7 +225,7 @@ def _appended_table(path: str) -> None:
 
 
 @pytest.mark.parametrize("tombstones", [True, False])
-def test_keys_the_table_holds_several_rows_of_end_as_with_the_delta_rs_engine(
+def test_keys_the_table_holds_several_rows_of_end_as_documented_for_each_engine(
     spark: Any, tmp_path: Any, tombstones: bool
 ) -> None:
     landing = str(tmp_path / "landing")
@@ -237,7 +237,14 @@ def test_keys_the_table_holds_several_rows_of_end_as_with_the_delta_rs_engine(
         got = _load(spark, landing, table, "run-1", engine=engine, keep_tombstones=tombstones)
         assert got.outcome == "committed", engine
         results[engine] = sorted(tuple(r[c] for c in CDC_COLUMNS) for r in table_rows(table))
-    assert results[ENGINE] == results["delta-rs"]
+    # The engines agree wherever the batch row wins. Where it loses, or ties, on a key the
+    # table holds several rows of, they differ as docs/merge-loads.md says: the delta-rs
+    # engine leaves the key's newest row only (a tie by content hash), Delta's MERGE leaves
+    # the key's rows as they are.
+    rs = results["delta-rs"]
+    assert [r for r in rs if r[0] == 1] == [(1, "b", 11, 3, "U")]
+    assert [r[3] for r in rs if r[0] == 4] == [5]
+    assert [r for r in rs if r[0] not in (1, 4)] == [r for r in results[ENGINE] if r[0] not in (1, 4)]
     want = sorted(
         [(1, "a", 10, 1, "I"), (1, "b", 11, 3, "U"), (2, "y", 2, 2, "U")]
         + ([(3, "z", 3, 4, "D")] if tombstones else [])
