@@ -24,7 +24,7 @@ from deltalake.transaction import RemoveAction
 
 from airflow_eod.core.delta.deletion_vectors import deleted_rows
 from airflow_eod.core.errors import BatchError, BatchRefusedError, UnsafePathError
-from airflow_eod.core.replaced_files import live_files, partition_string
+from airflow_eod.core.replaced_files import live_files, remove_of
 from airflow_eod.core.table_ref import TableRef
 
 # Delta Spark writes timestamp statistics truncated to the millisecond: a key a little past
@@ -136,16 +136,7 @@ class MergeBase:
 
     def __post_init__(self) -> None:
         now = int(time.time() * 1000)
-        self.removes = [
-            RemoveAction(
-                a["log_path"],
-                True,
-                now,
-                a.get("size_bytes"),
-                {k: partition_string(v) for k, v in (a.get("partition_values") or {}).items()} or None,
-            )
-            for a in self.rewritten
-        ]
+        self.removes = [remove_of(a, now) for a in self.rewritten]
 
 
 def conflict(base: MergeBase, live_now: list[dict[str, Any]] | None) -> str | None:

@@ -64,12 +64,17 @@ def batch_files(table: DeltaTable, batch: BatchKey, extra: Sequence[str] = ()) -
     for a in live_files(table):
         if not a["path"].startswith(prefix) and a["path"] not in wanted:
             continue
-        parts = {k: partition_string(v) for k, v in (a.get("partition_values") or {}).items()}
-        # The log's own spelling of the path: delta-rs matches a remove to its add by the
-        # string, and writers spell the same file differently (Delta Spark leaves "part=é"
-        # as it is, a percent-encoded "part=%C3%A9" would remove nothing for delta-rs).
-        removes.append(RemoveAction(a["log_path"], True, now, a["size_bytes"], parts or None))
+        removes.append(remove_of(a, now))
     return removes
+
+
+def remove_of(add: dict[str, Any], now: int) -> RemoveAction:
+    """The remove of the live file ``add`` (a :func:`live_files` entry), at ``now`` (ms)."""
+    parts = {k: partition_string(v) for k, v in (add.get("partition_values") or {}).items()}
+    # The log's own spelling of the path: delta-rs matches a remove to its add by the
+    # string, and writers spell the same file differently (Delta Spark leaves "part=é"
+    # as it is, a percent-encoded "part=%C3%A9" would remove nothing for delta-rs).
+    return RemoveAction(add["log_path"], True, now, add.get("size_bytes"), parts or None)
 
 
 def refuse_dropping_landed_files(status: BatchStatus, manifest: Manifest, label: str) -> None:

@@ -291,8 +291,7 @@ def _with_partition_values(
         found = [p for p in by_path if spark_path.endswith("/" + p)]
         if not found:
             raise BatchError(None, f"cannot tell which live file Spark read as {r[0]}")
-        match = [by_path[max(found, key=len)]]
-        values = match[0].get("partition_values") or {}
+        values = by_path[max(found, key=len)].get("partition_values") or {}
         mapping.append([r[0], *[partition_string(values.get(c)) for c in partition_columns]])
     fields = [
         StructField(_FILE, StringType()),
