@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help demo test test-unit test-spark test-airflow test-airflow-lowest test-objectstore-race test-gcs-race azurite gcs-emulator lint typecheck check-python check-java clean bench dist dist-check jars jars-s3 jars-azure jars-cloud test-spark-versions
+.PHONY: help demo test test-unit test-spark test-airflow test-airflow-lowest test-objectstore-race test-gcs-race azurite gcs-emulator lint typecheck check-python check-java clean bench dist dist-check jars jars-s3 jars-azure jars-kafka jars-cloud test-spark-versions
 .DEFAULT_GOAL := help
 
 help: ## list the targets and what each does
@@ -48,6 +48,11 @@ jars-s3: $(STAMP) ## fetch the s3a connector (hadoop-aws, AWS SDK bundle) for py
 jars-azure: $(STAMP) ## fetch the abfs connector (hadoop-azure) for pyspark's Hadoop (Maven, once)
 	@$(BIN)/python -m airflow_eod.spark.cloud_jars azure >/dev/null || echo "the Spark abfs tests will be skipped (see above)"
 
+# Spark's Kafka connector (spark-sql-kafka-0-10, kafka-clients, about 12 MB) for the `kafka` tier
+# and KafkaToDeltaOperator (airflow_eod/spark/kafka_jars.py); the tests' broker fetches its own.
+jars-kafka: $(STAMP) ## fetch Spark's Kafka connector for the installed Spark (Maven, once)
+	@$(BIN)/python -m airflow_eod.spark.kafka_jars >/dev/null || echo "the kafka tests will be skipped (see above)"
+
 # The ABFS and GCS connectors (hadoop-gcp on Hadoop 3.5, about 35 MB), by hand (Spark's gs:// writes
 # are not offered: hadoop-gcp takes no other endpoint, so no emulator serves it): print their paths.
 jars-cloud: $(STAMP) ## fetch the abfss:// and gs:// connectors for pyspark's Hadoop and print their paths
@@ -63,7 +68,7 @@ AIRFLOW_TIER := airflow and not cluster and not scheduler
 test-unit: check-python $(STAMP) ## the unit tier: the tests that need no JVM and no server (no Java needed)
 	$(NO_JVM) $(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
-test-spark: check-java $(STAMP) jars jars-s3 jars-azure ## the local Spark tier: loads, faults, JDBC and Delta Spark, without Airflow
+test-spark: check-java $(STAMP) jars jars-s3 jars-azure jars-kafka ## the local Spark tier: loads, faults, JDBC and Delta Spark, without Airflow
 	$(BIN)/python -m pytest -m "$(SPARK_TIER)" $(PYTEST_ARGS)
 
 test-airflow: check-java $(STAMP) ## the Airflow tier: operators, sensor and DAGs under dag.test()
@@ -71,7 +76,7 @@ test-airflow: check-java $(STAMP) ## the Airflow tier: operators, sensor and DAG
 
 # What CI runs (.ci/run): the lint, then every test, all tiers, in one session (one
 # SparkSession), as before the tiers had targets. PYTEST_ARGS narrows it, e.g. "-m chaos".
-test: check-java $(STAMP) jars jars-s3 jars-azure ## the lint and every test (all tiers), as CI runs them
+test: check-java $(STAMP) jars jars-s3 jars-azure jars-kafka ## the lint and every test (all tiers), as CI runs them
 	$(BIN)/ruff check airflow_eod dags tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
@@ -144,7 +149,7 @@ $(BENCH_STAMP): pyproject.toml | $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-bench: check-java $(BENCH_STAMP) jars jars-s3 ## the benchmarks (QUICK=1 for a reduced set; benchmarks/README.md)
+bench: check-java $(BENCH_STAMP) jars jars-s3 jars-kafka ## the benchmarks (QUICK=1 for a reduced set; benchmarks/README.md)
 	$(BIN)/python -m benchmarks.run $(if $(filter-out 0,$(QUICK)),--quick) $(if $(filter-out 0,$(RESUME)),--resume)
 
 # A wheel and an sdist in dist/ (README "Use it in a DAG"). `build` lives in a venv of its own,

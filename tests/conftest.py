@@ -126,6 +126,23 @@ def postgres() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[Any]:
+    """A Kafka broker (KRaft) on 127.0.0.1 from Maven jars, started for this test session;
+    skipped without Java, Maven or Spark's Kafka connector (failed with EOD_REQUIRE_KAFKA=1)."""
+    from tests.support.kafka_broker import KafkaBroker
+    from tests.support.spark_conf import find_kafka_jars
+
+    why = find_kafka_jars()
+    if why is not None:
+        if os.environ.get("EOD_REQUIRE_KAFKA"):
+            pytest.fail(why)
+        pytest.skip(why)
+    broker = KafkaBroker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
 def s3_server() -> Iterator[Any]:
     """A SeaweedFS S3 server on 127.0.0.1 with a bucket, started for this test session."""
     from tests.support.s3_server import S3Server

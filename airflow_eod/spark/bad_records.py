@@ -42,6 +42,8 @@ CORRUPT_COLUMN = "_eod_corrupt_record"
 # Field metadata on the corrupt-record column: how to re-parse a record (landing_reader).
 LAYOUT_METADATA_KEY = "eod_layout"
 _FILE = "_eod_file"
+# A reader whose records come from no file (Kafka) names where each came from in this column.
+SOURCE_COLUMN = _FILE
 _SAMPLE = 20  # malformed records parsed in Python to find the failing column
 _SHOWN = 3  # of them quoted in the message
 _CLIP = 160  # characters of a quoted record
@@ -159,7 +161,9 @@ def _tagged(df: DataFrame) -> DataFrame:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    return df.withColumn(_FILE, F.input_file_name()).persist(StorageLevel.MEMORY_AND_DISK)
+    if _FILE not in df.columns:  # a reader that names its records' origin keeps its names
+        df = df.withColumn(_FILE, F.input_file_name())
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def _counts_per_file(tagged: DataFrame) -> dict[str, int]:

@@ -18,8 +18,10 @@ from airflow_eod.core.planlog.store import Plan
 from airflow_eod.core.source import ReadContext, Source
 from airflow_eod.sources import SOURCE_KINDS
 from airflow_eod.sources.jdbc_incremental import JdbcIncrementalSource
+from airflow_eod.sources.kafka_topics import KafkaSource
 from airflow_eod.sources.landing_files import DEFAULT_READ_OPTIONS, LandingFilesSource
 from airflow_eod.spark.jdbc_reader import read_jdbc_batch
+from airflow_eod.spark.kafka_reader import read_kafka_batch
 from airflow_eod.spark.landing_reader import read_landing_batch
 from airflow_eod.spark.landing_store_files import landing_files
 
@@ -61,6 +63,7 @@ class SourceKind:
 REGISTRY: Mapping[str, SourceKind] = {
     LandingFilesSource.kind: SourceKind(LandingFilesSource, read_landing_files),
     JdbcIncrementalSource.kind: SourceKind(JdbcIncrementalSource, read_jdbc_batch),
+    KafkaSource.kind: SourceKind(KafkaSource, read_kafka_batch),
 }
 
 if {kind: k.source for kind, k in REGISTRY.items()} != SOURCE_KINDS:

@@ -10,6 +10,7 @@ from airflow_eod.spark.session import DELTA_SPARK_CONF
 DELTA_SPARK_JARS_ENV = "EOD_DELTA_SPARK_JARS"
 S3A_JARS_ENV = "EOD_S3A_JARS"
 ABFS_JARS_ENV = "EOD_ABFS_JARS"
+KAFKA_JARS_ENV = "EOD_KAFKA_JARS"
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
 
 
@@ -57,6 +58,24 @@ def find_abfs_jars() -> str | None:
     return _find_store_jars("azure", ABFS_JARS_ENV, "abfs")
 
 
+def find_kafka_jars() -> str | None:
+    """Why Spark cannot read Kafka in the tests (EOD_KAFKA_JARS: Spark's Kafka connector),
+    or ``None`` when it can; the cached jars are put in EOD_KAFKA_JARS."""
+    if os.environ.get(KAFKA_JARS_ENV):
+        return None
+    from airflow_eod.spark.jars import DEFAULT_CACHE
+    from airflow_eod.spark.kafka_jars import cached_kafka_jars
+
+    jars = cached_kafka_jars()
+    if jars is None:
+        return (
+            f"Spark's Kafka connector jars are not in {DEFAULT_CACHE} and {KAFKA_JARS_ENV} is unset: "
+            "`make test` fetches them with Maven (`python -m airflow_eod.spark.kafka_jars`)"
+        )
+    os.environ[KAFKA_JARS_ENV] = jars
+    return None
+
+
 def session_conf(
     postgres_jar: str = POSTGRES_JDBC_JAR, *, s3a: bool = False, abfs: bool = False
 ) -> dict[str, str]:
@@ -73,6 +92,8 @@ def session_conf(
     conf = delta_spark_conf()
     jars = [postgres_jar] if os.path.exists(postgres_jar) else []
     jars += [j for j in conf.pop("spark.jars", "").split(",") if j]
+    find_kafka_jars()  # Spark's kafka source, where cached: small, and a session takes no more later
+    jars += [j for j in os.environ.get(KAFKA_JARS_ENV, "").split(",") if j]
     if jars:
         conf["spark.jars"] = ",".join(jars)
     class_path = [os.environ.get(env, "") for env, on in ((S3A_JARS_ENV, s3a), (ABFS_JARS_ENV, abfs)) if on]

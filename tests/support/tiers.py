@@ -27,6 +27,7 @@ FIXTURE_NEEDS = {
     "s3_server": "objectstore",
     "azure_server": "objectstore",
     "gcs_server": "objectstore",
+    "kafka_broker": "kafka",
 }
 
 
