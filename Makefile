@@ -75,12 +75,13 @@ test-airflow: check-java $(STAMP) ## the Airflow tier: operators, sensor and DAG
 	$(BIN)/python -m pytest -m "$(AIRFLOW_TIER)" $(PYTEST_ARGS)
 
 # What CI runs (.ci/run): the lint, then every test, all tiers, in one session (one
-# SparkSession), as before the tiers had targets. PYTEST_ARGS narrows it, e.g. "-m chaos".
+# SparkSession), as before the tiers had targets. PYTEST_ARGS narrows it, e.g. "-m chaos". The
+# 40 slowest tests are listed at the end: where CI's time goes as tiers grow.
 test: check-java $(STAMP) jars jars-s3 jars-azure jars-kafka ## the lint and every test (all tiers), as CI runs them
 	$(BIN)/ruff check airflow_eod dags tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=40 $(PYTEST_ARGS)
 
 # The `airflow` tier again on the lowest Airflow release pyproject.toml admits (CI runs it
 # after `make test`; the highest is the one `make test` installs).

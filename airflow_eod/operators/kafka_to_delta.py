@@ -48,6 +48,9 @@ class KafkaToDeltaOperator(BaseDeltaLoadOperator):
         ones are never frozen) or ``read_uncommitted``.
     :param data_loss: ``fail`` (default): records Kafka deleted before a batch read them refuse
         the batch; ``skip``: load past them, recording the skipped offsets in the plan.
+    :param monitoring_group_id: a consumer group to commit each loaded batch's end offsets to,
+        after the table holds it, so that lag monitors see the pipeline's progress (best
+        effort, never read back: :mod:`airflow_eod.sources.kafka_group`).
     """
 
     template_fields: Sequence[str] = (*BaseDeltaLoadOperator.template_fields,)
@@ -62,6 +65,7 @@ class KafkaToDeltaOperator(BaseDeltaLoadOperator):
         schema: str | None = None,
         isolation_level: str = "read_committed",
         data_loss: str = "fail",
+        monitoring_group_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -81,6 +85,7 @@ class KafkaToDeltaOperator(BaseDeltaLoadOperator):
         self.schema = schema
         self.isolation_level = isolation_level
         self.data_loss = data_loss
+        self.monitoring_group_id = monitoring_group_id
 
     @cached_property
     def hook(self) -> KafkaSourceHook:
@@ -101,6 +106,28 @@ class KafkaToDeltaOperator(BaseDeltaLoadOperator):
 
     def credentials(self) -> Credentials | None:
         return self.hook.credentials()
+
+    def _load(self, context: Any) -> dict[str, Any]:
+        returned = super()._load(context)
+        result = self._result
+        if self.monitoring_group_id and result is not None and result.batch_key is not None:
+            self._commit_to_group(result.pipeline_id, result.batch_key, result.generation or 0)
+        return returned
+
+    def _commit_to_group(self, pipeline_id: str, batch_key: str, generation: int) -> None:
+        from airflow_eod.core.planlog.store import PlanLog
+        from airflow_eod.hooks.object_store import table_ref
+        from airflow_eod.sources.kafka_config import planning_config
+        from airflow_eod.sources.kafka_group import commit_group_offsets
+
+        plan = PlanLog(table_ref(self.table_uri, self.storage_conn_id), pipeline_id).get_plan(
+            batch_key, generation
+        )
+        if plan is None:
+            return
+        config = planning_config(self.hook.bootstrap_servers, self.hook.client_config, self.credentials())
+        assert self.monitoring_group_id is not None
+        commit_group_offsets(config, self.monitoring_group_id, plan.boundary, plan.key.label)
 
     def lineage_inputs(self) -> list[tuple[str, str]]:
         """OpenLineage's naming for Kafka: ``kafka://<first broker>`` and the topic."""

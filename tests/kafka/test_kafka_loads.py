@@ -47,3 +47,43 @@ def test_batches_of_several_partitions_load_each_record_once(
     assert plan_kafka(source, table, ctx, run="run-3") is None
     check_exactly_once(table, kafka_records(kafka_broker, topic))
     assert ask(TableRef.parse(table), nxt.key).committed
+
+
+def test_a_loaded_batch_s_offsets_reach_a_monitoring_group_and_planning_never_reads_it(
+    spark: Any, kafka_broker: Any, table: str
+) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    from airflow_eod.sources.kafka_group import commit_group_offsets
+
+    topic = topic_name()
+    kafka_broker.create_topic(topic, 2)
+    kafka_broker.produce(topic, records(8, 2))
+    source = kafka_source(kafka_broker, topic)
+    ctx = ctx_for(spark)
+    plan = plan_kafka(source, table, ctx)
+    assert plan is not None
+    assert run_load(spark, kafka_spec(source, table, plan)).outcome == "committed"
+    group = f"monitor-{topic}"
+    assert commit_group_offsets(kafka_broker.config(), group, plan.boundary, plan.key.label)
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in (0, 1)])]
+    listed = kafka_broker.admin().list_consumer_group_offsets(request)[group].result(timeout=30)
+    assert {tp.partition: tp.offset for tp in listed.topic_partitions} == {0: 4, 1: 4}
+    # The group says "everything read"; the pipeline's frontier is the table's: more records
+    # are planned from the last batch's ends, whatever the group holds.
+    rewind = [TopicPartition(topic, p, 0) for p in (0, 1)]
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(kafka_broker.config(**{"group.id": group, "enable.auto.commit": False}))
+    consumer.commit(offsets=rewind, asynchronous=False)
+    consumer.close()
+    kafka_broker.produce(topic, records(2, 2, start=8))
+    nxt = plan_kafka(source, table, ctx, run="run-2")
+    assert nxt is not None and nxt.boundary["topics"][topic]["partitions"] == {"0": [4, 5], "1": [4, 5]}
+    # A broker that is not there: a warning, not a failure (monitoring only).
+    assert not commit_group_offsets(
+        {"bootstrap.servers": "127.0.0.1:1", "socket.timeout.ms": 1000, "session.timeout.ms": 6000},
+        group,
+        plan.boundary,
+        plan.key.label,
+    )
