@@ -37,6 +37,37 @@ def test_provider_info_validates_against_airflows_schema() -> None:
                 importlib.import_module(module)
 
 
+def test_provider_info_lists_every_operator_hook_sensor_and_trigger_module() -> None:
+    """A module that defines an operator, hook, sensor or trigger is in the provider info
+    (the Kafka operator and hook were added with the source, issue 23)."""
+    import inspect
+    import pkgutil
+
+    from airflow.sdk import BaseHook, BaseOperator
+    from airflow.triggers.base import BaseTrigger
+
+    import airflow_eod
+    from airflow_eod.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    listed = {
+        m
+        for group in ("operators", "sensors", "triggers", "hooks")
+        for e in info[group]
+        for m in e["python-modules"]
+    }
+    defining = set()
+    for sub in ("operators", "hooks", "sensors", "triggers"):
+        path = [os.path.join(os.path.dirname(airflow_eod.__file__), sub)]
+        for mod in pkgutil.iter_modules(path, f"airflow_eod.{sub}."):
+            module = importlib.import_module(mod.name)
+            for _name, cls in inspect.getmembers(module, inspect.isclass):
+                if cls.__module__ == mod.name and issubclass(cls, (BaseOperator, BaseHook, BaseTrigger)):
+                    defining.add(mod.name)
+    assert {"airflow_eod.operators.kafka_to_delta", "airflow_eod.hooks.kafka_source"} <= defining
+    assert defining - listed == set(), "modules missing from get_provider_info"
+
+
 def test_airflow_providers_list_shows_the_provider(airflow_db: str) -> None:
     out = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "airflow"), "providers", "list", "-o", "json"],
