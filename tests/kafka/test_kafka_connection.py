@@ -250,3 +250,21 @@ def test_merge_keys_must_be_columns_the_kafka_source_writes() -> None:
         _op(merge_keys=["value"], **merge, **json_value)
     # A transform may make the columns: nothing is checked then.
     assert _op(merge_keys=["order_id"], transform="SELECT *, 1 AS order_id FROM batch", **merge)
+
+
+def test_brokers_that_do_not_answer_are_reported_with_librdkafkas_cause(monkeypatch: Any) -> None:
+    """On 624989e the planning client's wait ended in a bare ``TimeoutError('')`` (not retried
+    as Kafka's, and saying nothing); now it is KafkaUnavailableError naming the cause."""
+    import socket
+
+    from airflow_eod.sources import kafka_offsets
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setattr(kafka_offsets, "_TIMEOUT_S", 1.5)
+    with pytest.raises(kafka_offsets.KafkaUnavailableError, match="Connection refused") as err:
+        kafka_offsets.describe_topics(
+            {"bootstrap.servers": f"127.0.0.1:{port}"}, ["orders"], isolation_level="read_committed"
+        )
+    assert f"127.0.0.1:{port}" in str(err.value) and "orders" in str(err.value)
