@@ -235,6 +235,8 @@ def test_the_operator_refuses_at_parse_time_what_cannot_run() -> None:
         _op(max_records_per_batch=0)
     with pytest.raises(ConfigurationError, match="is not a Spark DDL schema"):
         _op(value_format="json", schema="id BIGINT,, x")
+    with pytest.raises(ConfigurationError, match=r"schema fields \['Key', 'kafka_offset'\] have the names"):
+        _op(value_format="json", schema="Key STRING, kafka_offset BIGINT, amount INT")
     op = _op(topics=["a", "b"], value_format="json", schema="id BIGINT, amount DECIMAL(10,2)")
     assert op.topics == ["a", "b"] and op.kafka_config_id == "kafka_default"
 
