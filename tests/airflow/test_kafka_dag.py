@@ -56,7 +56,7 @@ def _txn_commits(table: str) -> list[tuple[str, int]]:
     return found
 
 
-def test_the_kafka_dag_retries_a_crash_after_a_commit_and_drains_the_topic_in_one_run(
+def test_the_kafka_dag_retries_crashes_after_and_before_a_commit_and_drains_the_topic(
     airflow_db: str, spark: Any, kafka_broker: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     topic, table = topic_name("dag"), str(tmp_path / "events")
@@ -78,16 +78,20 @@ def test_the_kafka_dag_retries_a_crash_after_a_commit_and_drains_the_topic_in_on
     assert len(commits) == 3 == len(set(commits)), f"each batch committed once: {commits}"
     check_exactly_once(table, kafka_records(kafka_broker, topic))
 
-    # New records: the next run starts where the last batch ended; then nothing is new.
+    # New records: the next run starts where the last batch ended. Its try 1 dies after
+    # staging, before the commit; try 2 reads the same frozen range and commits it once.
     kafka_broker.produce(topic, records(7, 3, start=30))
-    run2 = _run(module, datetime(2026, 11, 20, 2, tzinfo=UTC), "", monkeypatch)
+    run2 = _run(module, datetime(2026, 11, 20, 2, tzinfo=UTC), "after_stage=raise@1", monkeypatch)
+    assert task_tries(run2.run_id, LOAD) == ["failed", "success"]
     second = xcom_value(run2.run_id, LOAD)
     assert [(b["outcome"], b["rows"]) for b in second["batches"]] == [("committed", 7)], second
     check_exactly_once(table, kafka_records(kafka_broker, topic))
+    # Then nothing is new.
     run3 = _run(module, datetime(2026, 11, 20, 3, tzinfo=UTC), "", monkeypatch)
     assert xcom_value(run3.run_id, LOAD)["outcome"] == "no_new_data"
     assert task_tries(run3.run_id, CONFIRM) == ["skipped"], "no batch to confirm"
-    assert len(_txn_commits(table)) == 4
+    commits = _txn_commits(table)
+    assert len(commits) == 4 == len(set(commits)), f"each batch committed once: {commits}"
 
 
 def test_a_sasl_connection_loads_and_its_password_is_written_nowhere(
