@@ -28,13 +28,18 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_eod.operators.delta_load",
                     "airflow_eod.operators.landing_files_to_delta",
                     "airflow_eod.operators.jdbc_to_delta",
+                    "airflow_eod.operators.kafka_to_delta",
                 ],
             }
         ],
         "hooks": [
             {
                 "integration-name": "Delta Lake exactly-once loads",
-                "python-modules": ["airflow_eod.hooks.jdbc_source"],
+                "python-modules": [
+                    "airflow_eod.hooks.jdbc_source",
+                    "airflow_eod.hooks.kafka_source",
+                    "airflow_eod.hooks.object_store",
+                ],
             }
         ],
         "extra-links": ["airflow_eod.links.delta_table.DeltaTableLink"],

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
+from airflow_eod.core.ddl_schema import ddl_columns
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.merge_rules import check_merge_columns
 from airflow_eod.core.options import choice
@@ -77,8 +78,22 @@ class KafkaToDeltaOperator(BaseDeltaLoadOperator):
             raise ConfigurationError("topics must name at least one Kafka topic")
         if value_format == "json" and not schema:
             raise ConfigurationError("value_format='json' needs a schema (a Spark DDL string)")
-        if self.transform is None and value_format != "json":
-            check_merge_columns(self._merge_rules, _FIXED_COLUMNS, "the Kafka source's columns")
+        # The source's own checks (topic names, schema only with json, the cap), when the DAG
+        # is parsed rather than when the task runs; the brokers come from the connection later.
+        KafkaSource(
+            bootstrap_servers="checked-at-run-time:9092",
+            topics=self.topics,
+            max_records_per_batch=max_records_per_batch,
+            value_format=value_format,
+            schema=schema,
+            isolation_level=isolation_level,
+            data_loss=data_loss,
+        )
+        if self.transform is None:
+            columns = _FIXED_COLUMNS
+            if value_format == "json":
+                columns = ["key", *ddl_columns("schema", str(schema)), *_FIXED_COLUMNS[2:]]
+            check_merge_columns(self._merge_rules, columns, "the Kafka source's columns")
         self.kafka_config_id = kafka_config_id
         self.max_records_per_batch = max_records_per_batch
         self.value_format = value_format

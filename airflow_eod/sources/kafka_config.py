@@ -142,6 +142,10 @@ def spark_reader_options(
             options[f"kafka.{_SHARED[key]}"] = (
                 str(value).upper() if "protocol" in key or "mechanism" in key else str(value)
             )
+    if str(config.get("ssl.endpoint.identification.algorithm", "")).lower() == "none":
+        # librdkafka turns host name checking off with "none"; the Java client with an empty
+        # value (it would take "none" as the name of an algorithm and fail the handshake).
+        options["kafka.ssl.endpoint.identification.algorithm"] = ""
     if "ssl.ca.location" in config:
         options["kafka.ssl.truststore.type"] = "PEM"
         options["kafka.ssl.truststore.location"] = str(config["ssl.ca.location"])

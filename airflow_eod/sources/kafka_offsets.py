@@ -11,7 +11,9 @@ a deleted and re-created topic of the same name does not keep. Spark reads what 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,19 +63,46 @@ def describe_topics(
     :param topics: the topics.
     :param isolation_level: ``read_committed`` (end = last stable offset) or
         ``read_uncommitted`` (end = high watermark).
-    :raises ConfigurationError: for a topic that does not exist.
+    :raises ConfigurationError: for a topic that does not exist, or a SASL login the brokers
+        refuse (a wrong user or password does not right itself on a retry).
     :raises KafkaUnavailableError: when the brokers do not answer in time.
     """
     admin = _client()
-    from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
+    from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
 
-    client = admin.AdminClient({**config, "socket.timeout.ms": 10_000})
+    errors: list[Any] = []
+    # librdkafka reports a refused login or an unreachable broker only to error_cb; the
+    # request itself just times out. Collected, they become the error's cause.
+    client = admin.AdminClient({**config, "socket.timeout.ms": 10_000, "error_cb": errors.append})
+    brokers = config.get("bootstrap.servers")
+
+    def result(future: Any) -> Any:
+        deadline = time.monotonic() + _TIMEOUT_S
+        while True:
+            try:
+                return future.result(timeout=0.2)
+            except FutureTimeout:
+                client.poll(0)  # serves error_cb
+                refused = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+                if refused:
+                    raise ConfigurationError(
+                        f"Kafka on {brokers} refused the SASL login of user "
+                        f"{config.get('sasl.username')!r}: {refused[-1].str()}; check the connection's "
+                        "login and password"
+                    ) from None
+                if time.monotonic() > deadline:
+                    seen = "; ".join(dict.fromkeys(e.str() for e in errors[-3:])) or "no answer"
+                    raise KafkaUnavailableError(
+                        f"Kafka on {brokers} did not answer in {_TIMEOUT_S:.0f}s for topics "
+                        f"{list(topics)}: {seen}"
+                    ) from None
+
     try:
         described = client.describe_topics(TopicCollection(list(topics)), request_timeout=_TIMEOUT_S)
         found: dict[str, Any] = {}
         for name, future in described.items():
             try:
-                found[name] = future.result(timeout=_TIMEOUT_S)
+                found[name] = result(future)
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 if getattr(err, "name", lambda: "")() == "UNKNOWN_TOPIC_OR_PART":
@@ -101,13 +130,14 @@ def describe_topics(
             name: TopicState(name, str(d.topic_id), {}, {}) for name, d in found.items()
         }
         for tp, future in earliest.items():
-            states[tp.topic].starts[tp.partition] = int(future.result(timeout=_TIMEOUT_S).offset)
+            states[tp.topic].starts[tp.partition] = int(result(future).offset)
         for tp, future in latest.items():
-            states[tp.topic].ends[tp.partition] = int(future.result(timeout=_TIMEOUT_S).offset)
+            states[tp.topic].ends[tp.partition] = int(result(future).offset)
         return states
     except KafkaException as exc:
+        seen = "; ".join(dict.fromkeys(e.str() for e in errors[-3:]))
         raise KafkaUnavailableError(
-            f"Kafka on {config.get('bootstrap.servers')} did not answer for topics {list(topics)}: {exc}"
+            f"Kafka on {brokers} did not answer for topics {list(topics)}: {exc}{'; ' + seen if seen else ''}"
         ) from exc
 
 

@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from airflow_eod.core.batch import BatchKey
+from airflow_eod.core.ddl_schema import ddl_columns
 from airflow_eod.core.errors import BatchRefusedError, ConfigurationError, InputChangedError
 from airflow_eod.core.options import choice
 from airflow_eod.core.planlog.offsets import OffsetHistory
@@ -107,6 +108,16 @@ class KafkaSource:
             raise ConfigurationError("value_format='json' needs a schema (a Spark DDL string)")
         if self.value_format != "json" and self.schema:
             raise ConfigurationError("schema is for value_format='json' only")
+        if self.value_format == "json":
+            # The value's fields sit beside the key and the record's origin: a field of the same
+            # name (Spark's names are case-insensitive) would be a duplicate column at write time.
+            taken = ("key", "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp")
+            clash = [c for c in ddl_columns("schema", str(self.schema)) if c.lower() in taken]
+            if clash:
+                raise ConfigurationError(
+                    f"schema fields {clash} have the names of columns the Kafka source writes "
+                    f"itself {list(taken)}: rename them in the schema"
+                )
         if self.max_records_per_batch is not None and self.max_records_per_batch < 1:
             raise ConfigurationError("max_records_per_batch must be at least 1")
         check_client_config(self.client_config)

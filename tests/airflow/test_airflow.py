@@ -37,6 +37,37 @@ def test_provider_info_validates_against_airflows_schema() -> None:
                 importlib.import_module(module)
 
 
+def test_provider_info_lists_every_operator_hook_sensor_and_trigger_module() -> None:
+    """A module that defines an operator, hook, sensor or trigger is in the provider info
+    (the Kafka operator and hook were added with the source, issue 23)."""
+    import inspect
+    import pkgutil
+
+    from airflow.sdk import BaseHook, BaseOperator
+    from airflow.triggers.base import BaseTrigger
+
+    import airflow_eod
+    from airflow_eod.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    listed = {
+        m
+        for group in ("operators", "sensors", "triggers", "hooks")
+        for e in info[group]
+        for m in e["python-modules"]
+    }
+    defining = set()
+    for sub in ("operators", "hooks", "sensors", "triggers"):
+        path = [os.path.join(os.path.dirname(airflow_eod.__file__), sub)]
+        for mod in pkgutil.iter_modules(path, f"airflow_eod.{sub}."):
+            module = importlib.import_module(mod.name)
+            for _name, cls in inspect.getmembers(module, inspect.isclass):
+                if cls.__module__ == mod.name and issubclass(cls, (BaseOperator, BaseHook, BaseTrigger)):
+                    defining.add(mod.name)
+    assert {"airflow_eod.operators.kafka_to_delta", "airflow_eod.hooks.kafka_source"} <= defining
+    assert defining - listed == set(), "modules missing from get_provider_info"
+
+
 def test_airflow_providers_list_shows_the_provider(airflow_db: str) -> None:
     out = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "airflow"), "providers", "list", "-o", "json"],
@@ -46,6 +77,23 @@ def test_airflow_providers_list_shows_the_provider(airflow_db: str) -> None:
     ).stdout
     names = {p["package_name"] for p in json.loads(out[out.index("[") :])}
     assert "airflow-eod" in names
+
+
+def test_every_example_dag_parses(airflow_db: str) -> None:
+    """The DAG files of dags/ parse with their defaults (no server, no Spark, no broker), as a
+    dag-processor would parse them; the Kafka example is among them."""
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.1
+        from airflow.models.dagbag import DagBag  # type: ignore[no-redef]
+
+    bag = DagBag(dag_folder=os.path.join(REPO, "dags"), safe_mode=False)
+    assert bag.import_errors == {}
+    files = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, "dags")) if f.endswith(".py"))
+    assert sorted(bag.dag_ids) == files
+    kafka = bag.dags["eod_kafka_example"]
+    assert sorted(kafka.task_ids) == ["confirm_events", "load_events"]
+    assert kafka.get_task("load_events").catch_up is True
 
 
 def _example_dag(landing: str, table: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
