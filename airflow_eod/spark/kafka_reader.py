@@ -63,9 +63,11 @@ def read_kafka_batch(source: KafkaSource, plan: Plan, ctx: ReadContext) -> DataF
     :raises RecordsDeletedError: a frozen record is no longer in Kafka (before or while read).
     """
     source.check_readable(plan, ctx)
-    df = _shaped(source, _records(source, plan, ctx), ctx)
+    # Kafka's rows are kept as read, and shaped after: a JSON value that does not parse
+    # (FAILFAST) then fails the staging write, where the load explains it as malformed
+    # records (bad_records.MalformedSplit.explain_failure), not this read.
     try:
-        return df.localCheckpoint(eager=True)
+        kept = _records(source, plan, ctx).localCheckpoint(eager=True)
     except Exception as exc:
         text = str(exc)
         if not any(marker in text for marker in _DATA_LOSS):
@@ -78,3 +80,4 @@ def read_kafka_batch(source: KafkaSource, plan: Plan, ctx: ReadContext) -> DataF
             "brings them back. To load what is left on purpose, re-freeze it: "
             f"{refreeze_hint(plan.pipeline_id, plan.batch_key)}",
         ) from None
+    return _shaped(source, kept, ctx)
