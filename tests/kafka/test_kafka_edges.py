@@ -13,9 +13,9 @@ import pytest
 
 from airflow_eod.core.ask import ask
 from airflow_eod.core.errors import MalformedInputError
+from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources.kafka_topics import RecordsDeletedError, TopicRecreatedError
-from airflow_eod.spark.kafka_reader import read_kafka_batch
 from airflow_eod.spark.load_job import run_load
 from tests.support.helpers import restate
 from tests.support.kafka_helpers import (
@@ -44,11 +44,17 @@ def _delta_rows(table: str, columns: list[str]) -> list[tuple[Any, ...]]:
     return list(zip(*(data.column(c).to_pylist() for c in columns), strict=True))
 
 
-def _wait(what: str, condition: Any, seconds: float = 60.0) -> None:
+def _wait(what: str, condition: Any, seconds: float = 60.0, poke: Any = None) -> None:
+    """Until ``condition()``; ``poke()`` every 2 s meanwhile (a record that rolls the active
+    segment, should the topic's new ``segment.ms`` have reached the broker after the last)."""
     deadline = time.monotonic() + seconds
+    poked = time.monotonic()
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not seen in {seconds}s")
+        if poke is not None and time.monotonic() - poked > 2:
+            poke()
+            poked = time.monotonic()
         time.sleep(0.5)
 
 
@@ -147,8 +153,9 @@ def test_retention_deleting_a_frozen_range_refuses_it(spark: Any, kafka_broker: 
     assert plan is not None and plan.boundary["topics"][topic]["partitions"] == {"0": [0, 5]}
     _alter_topic(kafka_broker, topic, **{"retention.ms": "100", "segment.ms": "100"})
     time.sleep(0.3)  # older than segment.ms: the next record rolls the segment
-    kafka_broker.produce(topic, [(0, "k-late", "late")])
-    _wait("retention deleting the first segment", lambda: _log_start(kafka_broker, topic, 0) >= 5)
+    roll = lambda: kafka_broker.produce(topic, [(0, "k-late", "late")])  # noqa: E731
+    roll()
+    _wait("retention deleting the first segment", lambda: _log_start(kafka_broker, topic, 0) >= 5, poke=roll)
     with pytest.raises(RecordsDeletedError, match=rf"{topic}-0 offsets \[0, 5\)"):
         run_load(spark, kafka_spec(source, table, plan))
     assert not _committed(table, plan)
@@ -284,6 +291,31 @@ def test_aborted_transactions_never_land_and_markers_leave_gaps(
     assert plan_kafka(source, table, ctx, run="run-2") is None
 
 
+def test_capped_ranges_of_only_markers_and_aborted_records_commit_empty_batches(
+    spark: Any, kafka_broker: Any, table: str
+) -> None:
+    topic = topic_name()
+    kafka_broker.create_topic(topic, 1)
+    producer = kafka_broker.transactional_producer(f"tx-{topic}")
+    _transaction(producer, topic, records(2, 1, tag="ok"), commit=True)  # 0-1, marker 2
+    _transaction(producer, topic, records(2, 1, tag="aborted", start=2), commit=False)  # 3-4, marker 5
+    _transaction(producer, topic, records(1, 1, tag="ok", start=4), commit=True)  # 6, marker 7
+    source = kafka_source(kafka_broker, topic, max_records_per_batch=2)
+    ctx = ctx_for(spark)
+    loaded = []
+    for n in range(6):
+        plan = plan_kafka(source, table, ctx, run=f"run-{n}")
+        if plan is None:
+            break
+        result = run_load(spark, kafka_spec(source, table, plan))
+        assert result.outcome == "committed"
+        loaded.append((plan.boundary["topics"][topic]["partitions"]["0"], result.rows))
+    # A range of a marker and aborted records, or of aborted records and a marker, reads
+    # nothing: Spark skips the invisible offsets to the range's end, without waiting.
+    assert loaded == [([0, 2], 2), ([2, 4], 0), ([4, 6], 0), ([6, 8], 1)]
+    check_exactly_once(table, kafka_records(kafka_broker, topic))
+
+
 def test_an_open_transaction_is_not_frozen_until_it_commits(
     spark: Any, kafka_broker: Any, table: str
 ) -> None:
@@ -347,8 +379,23 @@ _COMPACT = {
 }
 
 
-def test_compaction_inside_a_frozen_range_reads_what_compaction_kept(
-    spark: Any, kafka_broker: Any, table: str
+def _compacted(broker: Any, topic: str, below: int) -> list[tuple[str, int, int, str | None]]:
+    """Roll the active segment (``segment.ms`` passed), then wait until the cleaner has
+    compacted the offsets below ``below``; what Kafka holds then."""
+    time.sleep(0.3)
+    roll = lambda: broker.produce(topic, [(0, "roll", "roll")])  # noqa: E731
+    roll()
+    _wait(
+        "the cleaner compacting the frozen range",
+        lambda: len([r for r in kafka_records(broker, topic) if r[2] < below]) < below,
+        poke=roll,
+    )
+    return kafka_records(broker, topic)
+
+
+@pytest.mark.badinput
+def test_a_retry_after_compaction_reads_what_compaction_kept_of_the_frozen_range(
+    spark: Any, kafka_broker: Any, table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     topic = topic_name("compacted")
     kafka_broker.create_topic(topic, 1, **_COMPACT)
@@ -358,18 +405,43 @@ def test_compaction_inside_a_frozen_range_reads_what_compaction_kept(
     ctx = ctx_for(spark)
     plan = plan_kafka(source, table, ctx)
     assert plan is not None and plan.boundary["topics"][topic]["partitions"] == {"0": [0, 9]}
-    before = read_kafka_batch(source, plan, ctx).count()
-    assert before == 9  # a first attempt before the cleaner ran reads every version
-    time.sleep(0.3)
-    kafka_broker.produce(topic, [(0, "z", "z0")])  # rolls the segment: the cleaner may run
-    _wait("the cleaner compacting the frozen range", lambda: len(kafka_records(kafka_broker, topic)) < 10)
-    kept = [r for r in kafka_records(kafka_broker, topic) if r[2] < 9]
-    result = run_load(spark, kafka_spec(source, table, plan, try_number=2))
-    assert result.outcome == "committed"
-    # A retry reads the frozen range's records compaction kept (the newest of each key):
-    # no data-loss failure for the offsets compaction removed, nothing past the range.
+    # The first attempt reads all 9 and stages them, and dies before its commit.
+    monkeypatch.setenv("EOD_FAULTPOINTS", "after_stage=raise@1")
+    with pytest.raises(InjectedFault):
+        run_load(spark, kafka_spec(source, table, plan))
+    monkeypatch.delenv("EOD_FAULTPOINTS")
+    kept = [r for r in _compacted(kafka_broker, topic, 9) if r[2] < 9]
     assert sorted(r[3] for r in kept) == ["a2", "b2", "c2"]
+    # The retry reads the frozen range's records compaction kept (the newest of each key):
+    # Spark skips the offsets compaction removed (they are above the log start offset, so
+    # failOnDataLoss does not count them as lost), and reads nothing past the range.
+    result = run_load(spark, kafka_spec(source, table, plan, try_number=2))
+    assert result.outcome == "committed" and result.rows == 3
     check_exactly_once(table, kept)
+
+
+@pytest.mark.badinput
+def test_a_frozen_range_compacted_away_entirely_commits_an_empty_batch(
+    spark: Any, kafka_broker: Any, table: str
+) -> None:
+    topic = topic_name("compacted")
+    kafka_broker.create_topic(topic, 1, **_COMPACT)
+    kafka_broker.produce(topic, [(0, k, f"{k}0") for k in "abc"])  # 0-2
+    source = kafka_source(kafka_broker, topic)
+    ctx = ctx_for(spark)
+    plan = plan_kafka(source, table, ctx)
+    assert plan is not None and plan.boundary["topics"][topic]["partitions"] == {"0": [0, 3]}
+    time.sleep(0.3)
+    kafka_broker.produce(topic, [(0, k, f"{k}1") for k in "abc"])  # 3-5, in a new segment
+    held = _compacted(kafka_broker, topic, 3)  # every record of [0, 3) has a newer version
+    assert not [r for r in held if r[2] < 3] and _log_start(kafka_broker, topic, 0) == 0
+    result = run_load(spark, kafka_spec(source, table, plan))
+    assert result.outcome == "committed" and result.rows == 0
+    # The next batch takes the newer versions.
+    nxt = plan_kafka(source, table, ctx, run="run-2")
+    assert nxt is not None and nxt.boundary["topics"][topic]["partitions"]["0"][0] == 3
+    run_load(spark, kafka_spec(source, table, nxt))
+    check_exactly_once(table, kafka_records(kafka_broker, topic))
 
 
 # -- 6. value formats: JSON (malformed, quarantined), binary, tombstones --------------------
