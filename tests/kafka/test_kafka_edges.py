@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from airflow_eod.core.ask import ask
-from airflow_eod.core.errors import MalformedInputError
+from airflow_eod.core.errors import ConfigurationError, MalformedInputError
 from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.table_ref import TableRef
-from airflow_eod.sources.kafka_topics import RecordsDeletedError, TopicRecreatedError
+from airflow_eod.sources.kafka_topics import KafkaSource, RecordsDeletedError, TopicRecreatedError
 from airflow_eod.spark.load_job import run_load
 from tests.support.helpers import restate
 from tests.support.kafka_helpers import (
@@ -111,6 +111,27 @@ def test_records_deleted_under_a_frozen_plan_refuse_it_and_a_refreeze_loads_the_
     result = run_load(spark, kafka_spec(source, table, again))
     assert result.outcome == "committed" and result.rows == 16
     check_exactly_once(table, kafka_records(kafka_broker, topic))
+
+
+@pytest.mark.badinput
+def test_records_deleted_after_the_check_are_refused_by_sparks_data_loss_failure(
+    spark: Any, kafka_broker: Any, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records deleted after check_readable() and before Spark fetched them (the check is
+    switched off here to open that window): Spark's failOnDataLoss error becomes the same
+    RecordsDeletedError, and nothing is committed."""
+    topic = topic_name()
+    kafka_broker.create_topic(topic, 1)
+    kafka_broker.produce(topic, records(6, 1))
+    source = kafka_source(kafka_broker, topic)
+    plan = plan_kafka(source, table, ctx_for(spark))
+    assert plan is not None
+    kafka_broker.delete_records(topic, {0: 3})
+    monkeypatch.setattr(KafkaSource, "check_readable", lambda self, plan, ctx: None)
+    with pytest.raises(RecordsDeletedError, match="while Spark read them") as refused:
+        run_load(spark, kafka_spec(source, table, plan))
+    assert plan.key.label in str(refused.value) and "re-freeze" in str(refused.value)
+    assert not _committed(table, plan)
 
 
 @pytest.mark.badinput
@@ -255,6 +276,22 @@ def test_a_topic_recreated_while_spark_read_it_is_refused_before_the_commit(
 
     with pytest.raises(TopicRecreatedError, match=plan.key.label):
         run_load(spark, kafka_spec(source, table, plan), transform=recreate_after_the_read)
+    assert not _committed(table, plan)
+
+
+@pytest.mark.badinput
+def test_a_topic_deleted_after_planning_is_refused_naming_it(
+    spark: Any, kafka_broker: Any, table: str
+) -> None:
+    topic = topic_name()
+    kafka_broker.create_topic(topic, 1)
+    kafka_broker.produce(topic, records(3, 1))
+    source = kafka_source(kafka_broker, topic)
+    plan = plan_kafka(source, table, ctx_for(spark))
+    assert plan is not None
+    kafka_broker.delete_topic(topic)
+    with pytest.raises(ConfigurationError, match=re.escape(f"Kafka topic {topic!r} does not exist")):
+        run_load(spark, kafka_spec(source, table, plan))
     assert not _committed(table, plan)
 
 
