@@ -7,6 +7,10 @@ transaction markers, whose offsets are gaps). The rows are read once and kept
 range that retention trims between two actions would give the count and the write
 different rows. ``failOnDataLoss`` makes a read that misses a frozen record fail; that
 failure is reported here as :class:`~airflow_eod.sources.kafka_topics.RecordsDeletedError`.
+Offsets that compaction removed inside a frozen range are no data loss to Spark (they lie
+above the log start offset): it skips them, as it skips transaction markers, so an attempt
+after the cleaner ran reads the records compaction kept of the range (none, if it kept none),
+and commits them (tests/kafka/test_kafka_edges.py).
 
 The table gets ``key`` and ``value`` (text or bytes, ``value_format``), or the value's JSON
 fields, and where each record came from: ``kafka_topic``, ``kafka_partition``,
