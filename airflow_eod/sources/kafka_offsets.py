@@ -144,9 +144,11 @@ def describe_topics(
 def split_cap(backlog: Mapping[tuple[str, int], int], cap: int | None) -> dict[tuple[str, int], int]:
     """How many offsets of each partition's backlog one batch takes, at most ``cap`` in all.
 
-    Proportional to each backlog (largest remainders first, ties by topic and partition), so
-    no partition starves and the split depends only on the backlog: the same plan from the
-    same offsets, whoever plans it.
+    Each partition with a backlog takes one offset first (when ``cap`` has room for one each),
+    the rest in proportion to each backlog (largest remainders first, ties by topic and
+    partition), so no partition starves and the split depends only on the backlog: the same
+    plan from the same offsets, whoever plans it. A ``cap`` below the number of partitions
+    with a backlog takes the largest backlogs first.
 
     :param backlog: offsets waiting per ``(topic, partition)``.
     :param cap: the most offsets one batch spans (``None``: all of them).
@@ -154,9 +156,15 @@ def split_cap(backlog: Mapping[tuple[str, int], int], cap: int | None) -> dict[t
     total = sum(backlog.values())
     if cap is None or total <= cap:
         return dict(backlog)
-    taken = {tp: backlog[tp] * cap // total for tp in backlog}
+    waiting = [tp for tp, n in backlog.items() if n > 0]
+    # Proportions alone would give a partition far behind a busy one nothing, batch after
+    # batch, for as long as the busy one's backlog outgrows it (1 against 1000, cap 10: 0).
+    floor = {tp: int(len(waiting) <= cap and backlog[tp] > 0) for tp in backlog}
+    rest = {tp: backlog[tp] - floor[tp] for tp in backlog}
+    room, rest_total = cap - sum(floor.values()), sum(rest.values())  # rest_total > room >= 0
+    taken = {tp: floor[tp] + rest[tp] * room // rest_total for tp in backlog}
     left = cap - sum(taken.values())
-    by_remainder = sorted(backlog, key=lambda tp: (-(backlog[tp] * cap % total), tp))
+    by_remainder = sorted(backlog, key=lambda tp: (-(rest[tp] * room % rest_total), tp))
     for tp in by_remainder[:left]:
         taken[tp] += 1
     return taken

@@ -7,6 +7,10 @@ transaction markers, whose offsets are gaps). The rows are read once and kept
 range that retention trims between two actions would give the count and the write
 different rows. ``failOnDataLoss`` makes a read that misses a frozen record fail; that
 failure is reported here as :class:`~airflow_eod.sources.kafka_topics.RecordsDeletedError`.
+Offsets that compaction removed inside a frozen range are no data loss to Spark (they lie
+above the log start offset): it skips them, as it skips transaction markers, so an attempt
+after the cleaner ran reads the records compaction kept of the range (none, if it kept none),
+and commits them (tests/kafka/test_kafka_edges.py).
 
 The table gets ``key`` and ``value`` (text or bytes, ``value_format``), or the value's JSON
 fields, and where each record came from: ``kafka_topic``, ``kafka_partition``,
@@ -63,9 +67,11 @@ def read_kafka_batch(source: KafkaSource, plan: Plan, ctx: ReadContext) -> DataF
     :raises RecordsDeletedError: a frozen record is no longer in Kafka (before or while read).
     """
     source.check_readable(plan, ctx)
-    df = _shaped(source, _records(source, plan, ctx), ctx)
+    # Kafka's rows are kept as read, and shaped after: a JSON value that does not parse
+    # (FAILFAST) then fails the staging write, where the load explains it as malformed
+    # records (bad_records.MalformedSplit.explain_failure), not this read.
     try:
-        return df.localCheckpoint(eager=True)
+        kept = _records(source, plan, ctx).localCheckpoint(eager=True)
     except Exception as exc:
         text = str(exc)
         if not any(marker in text for marker in _DATA_LOSS):
@@ -78,3 +84,4 @@ def read_kafka_batch(source: KafkaSource, plan: Plan, ctx: ReadContext) -> DataF
             "brings them back. To load what is left on purpose, re-freeze it: "
             f"{refreeze_hint(plan.pipeline_id, plan.batch_key)}",
         ) from None
+    return _shaped(source, kept, ctx)

@@ -54,16 +54,17 @@ def interval_plan(source: Any, table: str, start: datetime, end: datetime, pipel
     return plan
 
 
-def restate(source: Any, table: str, plan: Plan, run: str = "restate-run") -> Plan:
+def restate(source: Any, table: str, plan: Plan, run: str = "restate-run", ctx: Any = None) -> Plan:
     """Plan a restatement (committed batch) or re-freeze (never committed) of ``plan``'s
-    batch by the run ``run``, as the load operators do."""
+    batch by the run ``run``, as the load operators do (``ctx``: the read context a source
+    that asks its system needs, as Kafka's and JDBC's do)."""
     committed = ask(TableRef.parse(table), plan.key).committed_generation
     return plan_restatement(
         PlanLog(TableRef.parse(table), plan.pipeline_id),
         plan,
         run_token=run,
         committed_generation=committed,
-        replan=lambda p, g: source.replan(p, g, committed=committed is not None),
+        replan=lambda p, g: source.replan(p, g, ctx, committed=committed is not None),
     )
 
 
