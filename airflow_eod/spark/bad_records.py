@@ -180,13 +180,20 @@ def _malformed_error(label: str, tagged: DataFrame, counts: Mapping[str, int]) -
     detail = ", ".join(f"{_name(path)}: {n}" for path, n in sorted(counts.items()))
     explanation = explain_malformed(tagged, tagged.filter(F.col(CORRUPT_COLUMN).isNotNull()), total)
     pipeline, _, key = label.rpartition("/")
+    # Records that came from files name them by URI; a Kafka partition ("orders-3") is not a
+    # file that can be fixed and re-frozen: its records stay as they were produced.
+    from_files = any("/" in origin for origin in counts)
+    fix_input = (
+        "or fix the files and re-freeze the batch in one step (a cleared task would fail again, "
+        f"since its plan froze the files as they were): {refreeze_hint(pipeline, key)}; or "
+        if from_files
+        else "or, as records cannot be rewritten where they were produced, "
+    )
     return MalformedInputError(
         label,
         f"{total} malformed record(s) that do not parse or do not fit the schema ({detail}); "
-        f"nothing was committed. {explanation}Fix the schema and clear the task; or fix the files "
-        "and re-freeze the batch in one step (a cleared task would fail again, since its plan "
-        f"froze the files as they were): {refreeze_hint(pipeline, key)}; or set "
-        "quarantine_table_uri to load the good rows and keep the bad ones in a quarantine table",
+        f"nothing was committed. {explanation}Fix the schema and clear the task; {fix_input}"
+        "set quarantine_table_uri to load the good rows and keep the bad ones in a quarantine table",
     )
 
 

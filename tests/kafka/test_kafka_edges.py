@@ -516,6 +516,7 @@ def test_malformed_json_values_fail_the_batch_naming_the_topic_partition(
     message = str(refused.value)
     assert plan.key.label in message
     assert "2 malformed record(s)" in message and f"{topic}-1: 2" in message
+    assert "fix the files" not in message and "quarantine_table_uri" in message
     assert not _committed(table, plan)
 
 
