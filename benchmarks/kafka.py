@@ -118,8 +118,11 @@ def _produce(broker: KafkaBroker, topic: str, start: int, n: int, partitions: in
         raise RuntimeError(f"produce to {topic}: {len(acks)} acks for {n} records")
 
 
-def stream_load(spark: SparkSession, bootstrap: str, topic: str, table: str, checkpoint: str) -> float:
-    """Seconds of one ``availableNow`` run of the streaming query, started and awaited."""
+def stream_load(
+    spark: SparkSession, bootstrap: str, topic: str, table: str, checkpoint: str
+) -> tuple[float, dict[str, int]]:
+    """Seconds of one ``availableNow`` run of the streaming query, started and awaited, and
+    where its micro-batches say their time went (``durationMs``, summed over them)."""
     from pyspark.sql import functions as F
 
     t0 = time.perf_counter()
@@ -151,7 +154,11 @@ def stream_load(spark: SparkSession, bootstrap: str, topic: str, table: str, che
     elapsed = time.perf_counter() - t0
     if query.exception() is not None:
         raise RuntimeError(f"the streaming query failed: {query.exception()}")
-    return elapsed
+    spent: dict[str, int] = {}
+    for progress_ in query.recentProgress:
+        for step, ms_ in (progress_.durationMs or {}).items():
+            spent[step] = spent.get(step, 0) + int(ms_)
+    return elapsed, spent
 
 
 def eod_load(spark: SparkSession, bootstrap: str, topic: str, table: str, token: str) -> tuple[float, int]:
@@ -252,10 +259,12 @@ def _paths(work: str, tag: str) -> dict[str, str]:
 
 def _load(
     spark: SparkSession, side: str, bootstrap: str, topic: str, where: dict[str, str], token: str
-) -> tuple[float, int]:
+) -> tuple[float, int, dict[str, int]]:
+    """Seconds of one side's load; the eod batches; the streaming query's ``durationMs``."""
     if side == "eod":
-        return eod_load(spark, bootstrap, topic, where["eod"], token)
-    return stream_load(spark, bootstrap, topic, where["stream"], where["checkpoint"]), 1
+        return (*eod_load(spark, bootstrap, topic, where["eod"], token), {})
+    took, spent = stream_load(spark, bootstrap, topic, where["stream"], where["checkpoint"])
+    return took, 1, spent
 
 
 def _run(
@@ -279,6 +288,7 @@ def _run(
     seconds: dict[str, list[float]] = {s: [] for s in SIDES}
     loaded: dict[str, list[int]] = {s: [] for s in SIDES}
     batches: list[int] = []
+    stream_ms: list[dict[str, int]] = []
     produced: list[int] = []
     before = dict.fromkeys(SIDES, 0)
     for i in range(steps):
@@ -288,10 +298,12 @@ def _run(
         order = SIDES if i % 2 == 0 else SIDES[::-1]
         for side in order:
             spark.catalog.clearCache()
-            took, count = _load(spark, side, bootstrap, topic, where, f"increment-{i}")
+            took, count, spent = _load(spark, side, bootstrap, topic, where, f"increment-{i}")
             seconds[side].append(took)
             if side == "eod":
                 batches.append(count)
+            else:
+                stream_ms.append(spent)
         held = kafka_offsets(broker, topic, parts)
         for side in SIDES:
             now = table_rows(where[side])
@@ -305,7 +317,8 @@ def _run(
         progress(
             f"kafka increment {i + 1}/{steps} ({fmt_int(n)} records, {order[0]} first): "
             f"streaming {seconds['stream'][-1]:.2f} s, eod {seconds['eod'][-1]:.2f} s "
-            f"({batches[-1]} batch(es)); both tables equal Kafka's offsets"
+            f"({batches[-1]} batch(es)); both tables equal Kafka's offsets; "
+            f"the query's durationMs {stream_ms[-1]}"
         )
     # Row by row against what Kafka holds, read with librdkafka (not Spark): each record once.
     expected = kafka_records(broker, topic)
@@ -325,6 +338,7 @@ def _run(
         "seconds": seconds,
         "rows_loaded": loaded,
         "eod_batches": batches,
+        "stream_duration_ms": stream_ms,
     }
 
 
