@@ -182,6 +182,12 @@ def eod_load(spark: SparkSession, bootstrap: str, topic: str, table: str, token:
     return elapsed, len(caught.batches)
 
 
+def table_files(table: str) -> tuple[int, int]:
+    """The live files of a Delta table and their bytes."""
+    adds = pa.table(DeltaTable(table).get_add_actions(flatten=True))
+    return adds.num_rows, int(pc.sum(adds["size_bytes"]).as_py() or 0)
+
+
 def table_rows(table: str) -> int:
     """The rows a Delta table holds, from its live files' statistics (both writers put them)."""
     adds = pa.table(DeltaTable(table).get_add_actions(flatten=True))
@@ -330,7 +336,12 @@ def _run(
         except AssertionError as exc:
             raise RuntimeError(f"the {side} table against Kafka: {exc}") from None
     progress(f"kafka: both tables hold the {fmt_int(total)} records exactly once")
-    return _rows(settings, seconds, loaded, batches, produced), {
+    files = {side: table_files(where[side]) for side in SIDES}
+    add_batch = sum(spent.get("addBatch", 0) for spent in stream_ms) / 1000
+    out = _rows(settings, seconds, loaded, batches, produced)
+    out += _layout_rows(settings, files, add_batch, sum(seconds["stream"]))
+    return out, {
+        "table_files": {side: list(files[side]) for side in SIDES},
         "records": total,
         "partitions": parts,
         "increments": steps,
@@ -403,3 +414,38 @@ def _rows(
         )
     )
     return out
+
+
+def _layout_rows(
+    settings: Settings, files: dict[str, tuple[int, int]], add_batch: float, stream_total: float
+) -> list[Row]:
+    """What each table holds at the end (files, MiB), and how much of the streaming query's
+    time its micro-batches spent in ``addBatch`` (reading the records and Delta Spark's write)."""
+    head = f"total: {fmt_int(settings.kafka_records)} records"
+    s_files, s_bytes = files["stream"]
+    e_files, e_bytes = files["eod"]
+    return [
+        Row(
+            AREA,
+            f"{head}: files in the table, availableNow",
+            s_files,
+            "files",
+            note=f"{s_bytes / 2**20:,.1f} MiB",
+        ),
+        row(
+            AREA,
+            f"{head}: files in the table, airflow-eod",
+            e_files,
+            "files",
+            ratio=ratio_of(e_files, s_files),
+            baseline="availableNow",
+            note=f"{e_bytes / 2**20:,.1f} MiB",
+        ),
+        Row(
+            AREA,
+            f"{head}: availableNow micro-batches, addBatch (read + Delta Spark write), sum",
+            add_batch,
+            "s",
+            note=f"of {stream_total:.2f} s; from the query's durationMs",
+        ),
+    ]
