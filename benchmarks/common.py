@@ -135,7 +135,7 @@ def fmt_int(n: int) -> str:
     return f"{n:,}"
 
 
-AREAS = ("history", "load", "peer", "engines", "merge", "objectstore")
+AREAS = ("history", "load", "peer", "engines", "merge", "objectstore", "kafka")
 
 
 @dataclass
@@ -169,6 +169,11 @@ class Settings:
     # load, Delta Spark MERGE) per change batch.
     merge_rows: int = 10_000_000
     merge_reps: int = 1
+    # The kafka area (benchmarks/kafka.py): records produced into a topic of that many
+    # partitions in that many increments, each loaded by both sides.
+    kafka_records: int = 1_000_000
+    kafka_partitions: int = 8
+    kafka_increments: int = 5
     areas: list[str] = field(default_factory=lambda: list(AREAS))
 
     @classmethod
@@ -209,6 +214,8 @@ class Settings:
             store_asks=20,
             store_rows=[100_000],
             merge_rows=1_000_000,
+            kafka_records=100_000,
+            kafka_partitions=4,
         )
 
     @classmethod
@@ -234,6 +241,9 @@ class Settings:
             store_rows=[2_000],
             store_reps=1,
             merge_rows=5_000,
+            kafka_records=400,
+            kafka_partitions=2,
+            kafka_increments=2,
         )
 
 

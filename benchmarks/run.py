@@ -3,7 +3,7 @@ targets, ratios and verdicts.
 
     python -m benchmarks.run [--quick | --smoke] [--only AREA,...] [--resume] [--work DIR]
 
-Areas: history, load, peer, engines, merge, objectstore (benchmarks/README.md).
+Areas: history, load, peer, engines, merge, objectstore, kafka (benchmarks/README.md).
 
 Prints the table, writes ``benchmarks/results/<quick|full>.json`` and PNG charts beside it,
 and rewrites the run's section of ``benchmarks/README.md``. ``--smoke`` runs every area at
@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import engines, history, load, merge, object_store, peer
+from benchmarks import engines, history, kafka, load, merge, object_store, peer
 from benchmarks.common import AREAS, Row, Settings, machine, progress, spark_session
 from benchmarks.report import readme_section, summary, text_table, update_readme, write_json
 
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "engines": lambda: engines.run(settings, spark, os.path.join(work, "engines")),
         "merge": lambda: merge.run(settings, spark, os.path.join(work, "merge")),
         "objectstore": lambda: object_store.run(settings, spark, os.path.join(work, "objectstore")),
+        "kafka": lambda: kafka.run(settings, spark, os.path.join(work, "kafka")),
     }
     rows: list[Row] = []
     series: dict[str, Any] = {}

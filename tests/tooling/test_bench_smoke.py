@@ -58,8 +58,9 @@ def test_every_benchmark_area_runs(tmp_path: str) -> None:
         errors = [r for r in errors if "jdbc" not in r["figure"]]
     assert errors == [], errors
     areas = {r["area"] for r in rows}
-    want = {"ask", "commit", "planning", "state", "load", "peer", "engines", "merge", "objectstore"}
+    want = {"ask", "commit", "planning", "state", "load", "peer", "engines", "merge", "objectstore", "kafka"}
     assert want <= areas, areas
+    _check_kafka_rows(rows)
     peer = [r["figure"] for r in rows if r["area"] == "peer"]
     for case in ("one file", "partitioned"):
         assert any(f.startswith(f"{case}:") and "airflow-eod, total" in f for f in peer), peer
@@ -105,3 +106,20 @@ def test_the_merge_area_merges_with_airflow_eod_beside_a_delta_spark_merge(tmp_p
         for figure in ("files rewritten (removed)", "rows written"):
             ours, theirs = mine[f"{figure}, airflow-eod"], mine[f"{figure}, Delta Spark MERGE"]
             assert ours["value"] > 0 and theirs["value"] > 0, (ours, theirs)
+
+
+def _check_kafka_rows(rows: list[dict[str, Any]]) -> None:
+    """The kafka area (benchmarks/kafka.py) measured both sides of every increment and the
+    totals, as ratios; it checks itself that both tables hold what Kafka holds (or crashes).
+    Without its prerequisites it prints one row saying why, which EOD_REQUIRE_KAFKA refuses."""
+    kafka = [r for r in rows if r["area"] == "kafka"]
+    if len(kafka) == 1 and kafka[0]["value"] is None:
+        assert not os.environ.get("EOD_REQUIRE_KAFKA"), kafka[0]["note"]
+        return
+    eod = [r for r in kafka if "airflow-eod KafkaSource" in r["figure"]]
+    stream = [r for r in kafka if "Structured Streaming availableNow" in r["figure"]]
+    assert len(eod) == len(stream) >= 2, kafka  # every increment, and the total
+    assert all(r["value"] > 0 and r["ratio"] is not None and r["ratio"] > 0 for r in eod), eod
+    assert all(r["value"] > 0 for r in stream), stream
+    (held,) = [r for r in kafka if "both tables equal what Kafka holds" in r["figure"]]
+    assert held["value"] > 0, held
