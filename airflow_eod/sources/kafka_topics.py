@@ -47,6 +47,12 @@ log = logging.getLogger(__name__)
 VALUE_FORMATS = ("string", "binary", "json")
 DATA_LOSS_POLICIES = ("fail", "skip")
 Ranges = dict[str, dict[str, list[int]]]
+_RECREATED_WAY_OUT = (
+    "To go on, accept on purpose that the old topic's records no batch loaded are gone: set "
+    "data_loss='skip' for one run (the new topic is loaded from its first record, the pipeline's "
+    "other topics go on from their frontier); or load the new topic under a new pipeline_id "
+    "(that pipeline starts every one of its topics at its first record)"
+)
 
 
 class RecordsDeletedError(BatchRefusedError):
@@ -132,19 +138,25 @@ class KafkaSource:
         config = planning_config(self.bootstrap_servers, self.client_config, ctx.credentials)
         return describe_topics(config, self.topics, isolation_level=self.isolation_level)
 
+    @staticmethod
+    def _recreated(frozen: Ranges | dict[str, Any], states: dict[str, TopicState]) -> list[str]:
+        """The topics of ``frozen`` whose id is not the one they have now."""
+        return [
+            topic
+            for topic, entry in frozen.items()
+            if topic in states and entry.get("id") and states[topic].topic_id != entry["id"]
+        ]
+
     def _refuse_recreated(
-        self, frozen: Ranges | dict[str, Any], states: dict[str, TopicState], label: str
+        self, frozen: Ranges | dict[str, Any], states: dict[str, TopicState], label: str, way_out: str
     ) -> None:
-        for topic, entry in frozen.items():
-            state = states.get(topic)
-            if state is not None and entry.get("id") and state.topic_id != entry["id"]:
-                raise TopicRecreatedError(
-                    label,
-                    f"Kafka topic {topic!r} was deleted and created again (topic id {entry['id']} when "
-                    f"planned, {state.topic_id} now): its offsets restart, so the pipeline's frontier "
-                    "means nothing in it; nothing was loaded. Load the new topic under a new "
-                    "pipeline_id (it starts at the topic's first record)",
-                )
+        for topic in self._recreated(frozen, states):
+            raise TopicRecreatedError(
+                label,
+                f"Kafka topic {topic!r} was deleted and created again (topic id {frozen[topic]['id']} "
+                f"when planned, {states[topic].topic_id} now): its offsets restart, so the pipeline's "
+                f"frontier means nothing in it; nothing was loaded. {way_out}",
+            )
 
     # -- planning ------------------------------------------------------------------------
     def _next_offsets(
@@ -154,7 +166,20 @@ class KafkaSource:
             newest = history.newest()
             frontier: dict[str, Any] = newest.boundary["topics"] if newest is not None else {}
             states = self._states(ctx)
-            self._refuse_recreated(frontier, states, label())
+            recreated = self._recreated(frontier, states)
+            if recreated and self.data_loss != "skip":
+                self._refuse_recreated(frontier, states, label(), _RECREATED_WAY_OUT)
+            if recreated:
+                # Accepted on purpose: the old topic's records this pipeline had not loaded
+                # are gone with it; the new topic is loaded from its first record, the other
+                # topics go on from their frontier.
+                log.warning(
+                    "batch %s: Kafka topics %s were re-created; data_loss='skip': loading them from "
+                    "their first records, without the old topics' records no batch loaded",
+                    label(),
+                    recreated,
+                )
+                frontier = {t: e for t, e in frontier.items() if t not in recreated}
             starts: dict[tuple[str, int], int] = {}
             skipped: list[dict[str, Any]] = []
             for topic in sorted(self.topics):
@@ -256,10 +281,30 @@ class KafkaSource:
         decision to load what is left. A restatement needs all of them (or ``data_loss='skip'``)."""
         states = self._states(ctx)
         frozen: dict[str, Any] = plan.boundary["topics"]
-        self._refuse_recreated(frozen, states, plan.key.label)
+        recreated = self._recreated(frozen, states)
+        if committed:
+            # The table holds the old topic's records: restating them from the new topic
+            # would replace them with other records (or none).
+            self._refuse_recreated(
+                frozen,
+                states,
+                plan.key.label,
+                "The table holds the old topic's records of this batch, which Kafka no longer has: "
+                "a restatement would replace them with none, so it is refused",
+            )
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
         skipped: list[dict[str, Any]] = []
         for topic, entry in frozen.items():
+            if topic in recreated:
+                # A re-freeze of a batch nobody committed: the old topic's frozen records are
+                # gone with it. An empty range at each partition's log start, under the new
+                # id, so that the next batch loads the new topic from its first record.
+                log.warning(
+                    "batch %s: re-frozen without re-created topic %r's old records", plan.key.label, topic
+                )
+                for partition, first in states[topic].starts.items():
+                    ranges[(topic, partition)] = (first, first)
+                continue
             for partition, (start, until) in entry["partitions"].items():
                 first = states[topic].starts.get(int(partition), 0)
                 if start < first < until or (start < first and first >= until and until > start):
@@ -279,7 +324,8 @@ class KafkaSource:
             log.warning("batch %s: re-frozen without %s", plan.key.label, skipped)
         boundary, inputs = self._frozen(states, ranges)
         for topic, entry in boundary["topics"].items():
-            entry["id"] = frozen[topic].get("id", entry["id"])
+            if topic not in recreated:
+                entry["id"] = frozen[topic].get("id", entry["id"])
         for entry in inputs:
             for lost in skipped:
                 if (lost["topic"], lost["partition"]) == (entry["topic"], entry["partition"]):
@@ -314,7 +360,13 @@ class KafkaSource:
             )
 
     def _check_topics(self, plan: Plan, states: dict[str, TopicState]) -> None:
-        self._refuse_recreated(plan.boundary["topics"], states, plan.key.label)
+        self._refuse_recreated(
+            plan.boundary["topics"],
+            states,
+            plan.key.label,
+            "To load on without the old topic's frozen records on purpose (the new topic then "
+            f"loads from its first record), re-freeze it: {refreeze_hint(plan.pipeline_id, plan.batch_key)}",
+        )
         for topic, entry in plan.boundary["topics"].items():
             for partition, (_start, until) in entry["partitions"].items():
                 end = states[topic].ends.get(int(partition))

@@ -1,0 +1,121 @@
+"""The Kafka source under attack: what the ordinary Kafka tests do not try.
+
+Each test reproduces a finding of the adversary review of issue 23 (a wedge, a duplicate, a
+loss, a leaked secret), against the session's real broker and SparkSession where one is
+needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_eod.sources.kafka_topics import TopicRecreatedError
+from airflow_eod.spark.load_job import run_load
+from tests.support.kafka_helpers import (
+    check_exactly_once,
+    ctx_for,
+    kafka_records,
+    kafka_source,
+    kafka_spec,
+    plan_kafka,
+    records,
+    topic_name,
+)
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+@pytest.mark.guarantee
+def test_a_re_created_topic_of_a_two_topic_pipeline_has_a_way_out_that_loads_the_other_once(
+    spark: Any, kafka_broker: Any, table: str
+) -> None:
+    """One of two topics re-created: planning refuses, and the way out its message names
+    (``data_loss='skip'`` for one run) loads the other topic on from its frontier and the
+    new topic from its first record. Before the fix the only way out was a new pipeline_id,
+    which loads the other topic again from its first record: every record of it twice."""
+    a, b = topic_name("a"), topic_name("b")
+    kafka_broker.create_topic(a, 1)
+    kafka_broker.create_topic(b, 1)
+    kafka_broker.produce(a, records(3, 1, tag="a"))
+    kafka_broker.produce(b, records(3, 1, tag="b-old"))
+    ctx = ctx_for(spark)
+    strict = kafka_source(kafka_broker, [a, b])
+    first = plan_kafka(strict, table, ctx)
+    assert first is not None
+    assert run_load(spark, kafka_spec(strict, table, first)).rows == 6
+    old_b = kafka_records(kafka_broker, b)
+    kafka_broker.delete_topic(b)
+    kafka_broker.create_topic(b, 1)
+    kafka_broker.produce(b, records(2, 1, tag="b-new"))
+    kafka_broker.produce(a, records(2, 1, tag="a", start=3))
+    with pytest.raises(TopicRecreatedError) as refused:
+        plan_kafka(strict, table, ctx, run="run-2")
+    assert "data_loss='skip'" in str(refused.value)
+    lenient = kafka_source(kafka_broker, [a, b], data_loss="skip")
+    second = plan_kafka(lenient, table, ctx, run="run-2")
+    assert second is not None
+    assert second.boundary["topics"][a]["partitions"] == {"0": [3, 5]}
+    assert second.boundary["topics"][b]["partitions"] == {"0": [0, 2]}
+    assert run_load(spark, kafka_spec(lenient, table, second)).rows == 4
+    # Back to data_loss='fail': the pipeline goes on from the new topic's frontier.
+    kafka_broker.produce(b, records(1, 1, tag="b-new", start=2))
+    third = plan_kafka(strict, table, ctx, run="run-3")
+    assert third is not None and third.boundary["topics"][b]["partitions"] == {"0": [2, 3]}
+    assert run_load(spark, kafka_spec(strict, table, third)).rows == 1
+    check_exactly_once(table, kafka_records(kafka_broker, a) + old_b + kafka_records(kafka_broker, b))
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+@pytest.mark.guarantee
+def test_a_frozen_batch_whose_topic_was_re_created_is_re_frozen_without_wedging_the_pipeline(
+    spark: Any, kafka_broker: Any, table: str
+) -> None:
+    """A batch frozen, never loaded, and one of its topics re-created: every attempt refuses
+    it and names a re-freeze; the re-freeze loads the other topic's frozen range and leaves
+    the new topic to the next batch, from its first record. Before the fix the re-freeze
+    refused too, and the pipeline could never move again."""
+    from airflow_eod.core.ask import ask
+    from airflow_eod.core.planlog.restatement import plan_restatement
+    from airflow_eod.core.planlog.store import PlanLog
+    from airflow_eod.core.table_ref import TableRef
+
+    a, b = topic_name("a"), topic_name("b")
+    kafka_broker.create_topic(a, 1)
+    kafka_broker.create_topic(b, 1)
+    kafka_broker.produce(a, records(3, 1, tag="a"))
+    kafka_broker.produce(b, records(3, 1, tag="b-old"))
+    ctx = ctx_for(spark)
+    source = kafka_source(kafka_broker, [a, b])
+    first = plan_kafka(source, table, ctx)
+    assert first is not None
+    assert run_load(spark, kafka_spec(source, table, first)).rows == 6
+    kafka_broker.produce(a, records(2, 1, tag="a", start=3))
+    kafka_broker.produce(b, records(2, 1, tag="b-old", start=3))
+    frozen = plan_kafka(source, table, ctx, run="run-2")
+    assert frozen is not None
+    old_b = kafka_records(kafka_broker, b)[:3]  # batch 1's records of the old b are never read
+    kafka_broker.delete_topic(b)
+    kafka_broker.create_topic(b, 1)
+    kafka_broker.produce(b, records(2, 1, tag="b-new"))
+    with pytest.raises(TopicRecreatedError, match="re-freeze it"):
+        run_load(spark, kafka_spec(source, table, frozen))
+    ref = TableRef.parse(table)
+    refrozen = plan_restatement(
+        PlanLog(ref, frozen.pipeline_id),
+        frozen,
+        run_token="refreeze-run",
+        committed_generation=None,
+        replan=lambda p, g: source.replan(p, g, ctx, committed=False),
+    )
+    assert refrozen.generation == 1
+    assert refrozen.boundary["topics"][a]["partitions"] == {"0": [3, 5]}
+    assert refrozen.boundary["topics"][b]["partitions"] == {"0": [0, 0]}
+    assert run_load(spark, kafka_spec(source, table, refrozen)).rows == 2
+    assert ask(ref, refrozen.key).committed
+    nxt = plan_kafka(source, table, ctx, run="run-3")
+    assert nxt is not None and nxt.boundary["topics"][b]["partitions"] == {"0": [0, 2]}
+    assert run_load(spark, kafka_spec(source, table, nxt)).rows == 2
+    check_exactly_once(table, kafka_records(kafka_broker, a) + old_b + kafka_records(kafka_broker, b))
