@@ -119,3 +119,36 @@ def test_a_frozen_batch_whose_topic_was_re_created_is_re_frozen_without_wedging_
     assert nxt is not None and nxt.boundary["topics"][b]["partitions"] == {"0": [0, 2]}
     assert run_load(spark, kafka_spec(source, table, nxt)).rows == 2
     check_exactly_once(table, kafka_records(kafka_broker, a) + old_b + kafka_records(kafka_broker, b))
+
+
+@pytest.mark.spark
+@pytest.mark.security
+@pytest.mark.parametrize(
+    ("user", "password"),
+    [
+        ("alice", 'p"w\\x'),
+        ("alice", "SECRET-head\n tokenauth=true"),
+        ("alice", "SECRET-head\r\nSECRET-tail"),
+        ('al"ice\nx=y', "pw//not-a-comment /* nor this */"),
+        ("alice", "tab\there, é, \u2028"),
+    ],
+)
+def test_the_jaas_login_spark_s_kafka_client_parses_carries_the_credentials_as_given(
+    spark: Any, user: str, password: str
+) -> None:
+    """The ``sasl.jaas.config`` built from the connection's login and password, parsed by
+    the Kafka client Spark reads with: exactly those two options, with those values. Before
+    the fix a line break in a password ended its quoted string: the login failed, and
+    Kafka's error named the password's tail (``Value not specified for key 'SECRET-tail'``)
+    in the task log, unmasked (the secrets masker knows only the whole password)."""
+    from airflow_eod.core.source import Credentials
+    from airflow_eod.sources.kafka_config import _jaas
+
+    jvm = spark._jvm
+    configs = jvm.java.util.HashMap()
+    text = _jaas("SCRAM-SHA-256", Credentials(user, password))
+    configs.put("sasl.jaas.config", jvm.org.apache.kafka.common.config.types.Password(text))
+    context = jvm.org.apache.kafka.common.security.JaasContext.loadClientContext(configs)
+    entries = context.configurationEntries()
+    assert entries.size() == 1
+    assert dict(entries.get(0).getOptions()) == {"username": user, "password": password}
