@@ -135,8 +135,26 @@ class KafkaSource:
 
     # -- what the brokers say ------------------------------------------------------------
     def _states(self, ctx: ReadContext) -> dict[str, TopicState]:
+        """The topics that exist, as the brokers describe them (a deleted topic is absent)."""
         config = planning_config(self.bootstrap_servers, self.client_config, ctx.credentials)
-        return describe_topics(config, self.topics, isolation_level=self.isolation_level)
+        return describe_topics(config, self.topics, isolation_level=self.isolation_level, missing_ok=True)
+
+    def _refuse_missing(self, states: dict[str, TopicState], label: str) -> list[str]:
+        """The pipeline's topics that do not exist: refused, unless ``data_loss='skip'``
+        accepts on purpose that a deleted topic's records no batch loaded are gone."""
+        gone = [topic for topic in sorted(self.topics) if topic not in states]
+        if gone and self.data_loss != "skip":
+            raise ConfigurationError(
+                f"batch {label}: Kafka topics {gone} do not exist on {self.bootstrap_servers}; nothing "
+                "was loaded. If they were deleted on purpose, data_loss='skip' loads the pipeline's "
+                "other topics on from their frontier without them (their records no batch loaded "
+                "are gone; a topic created again under the name is loaded from its first record)"
+            )
+        if gone:
+            log.warning(
+                "batch %s: Kafka topics %s do not exist; data_loss='skip': planning without them", label, gone
+            )
+        return gone
 
     @staticmethod
     def _recreated(frozen: Ranges | dict[str, Any], states: dict[str, TopicState]) -> list[str]:
@@ -166,6 +184,7 @@ class KafkaSource:
             newest = history.newest()
             frontier: dict[str, Any] = newest.boundary["topics"] if newest is not None else {}
             states = self._states(ctx)
+            self._refuse_missing(states, label())
             recreated = self._recreated(frontier, states)
             if recreated and self.data_loss != "skip":
                 self._refuse_recreated(frontier, states, label(), _RECREATED_WAY_OUT)
@@ -183,6 +202,8 @@ class KafkaSource:
             starts: dict[tuple[str, int], int] = {}
             skipped: list[dict[str, Any]] = []
             for topic in sorted(self.topics):
+                if topic not in states:
+                    continue  # deleted, and accepted (_refuse_missing)
                 state = states[topic]
                 known = frontier.get(topic, {}).get("partitions", {})
                 if known and any(int(p) not in state.ends for p in known):
@@ -295,6 +316,16 @@ class KafkaSource:
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
         skipped: list[dict[str, Any]] = []
         for topic, entry in frozen.items():
+            if topic not in states:
+                if committed:
+                    raise RecordsDeletedError(
+                        plan.key.label,
+                        f"Kafka topic {topic!r} no longer exists, and the table holds its records of "
+                        "this batch: a restatement would replace them with none, so it is refused",
+                    )
+                # A re-freeze of a batch nobody committed: the deleted topic's records are gone.
+                log.warning("batch %s: re-frozen without deleted topic %r", plan.key.label, topic)
+                continue
             if topic in recreated:
                 # A re-freeze of a batch nobody committed: the old topic's frozen records are
                 # gone with it. An empty range at each partition's log start, under the new
@@ -318,6 +349,11 @@ class KafkaSource:
                     )
                     start = min(first, until)
                 ranges[(topic, int(partition))] = (int(start), int(until))
+        if not ranges:
+            raise ConfigurationError(
+                f"batch {plan.key.label}: none of its Kafka topics {sorted(frozen)} exists any more; "
+                "there is nothing to re-freeze it with"
+            )
         if skipped and committed:
             self._lost(skipped, plan.key.label)
         elif skipped:
@@ -360,6 +396,15 @@ class KafkaSource:
             )
 
     def _check_topics(self, plan: Plan, states: dict[str, TopicState]) -> None:
+        gone = sorted(topic for topic in plan.boundary["topics"] if topic not in states)
+        if gone:
+            raise RecordsDeletedError(
+                plan.key.label,
+                f"Kafka topics {gone} of this frozen batch no longer exist: their records are gone; "
+                "nothing was committed, and no retry brings them back. To load the batch's other "
+                "topics on purpose without them, re-freeze it: "
+                f"{refreeze_hint(plan.pipeline_id, plan.batch_key)}",
+            )
         self._refuse_recreated(
             plan.boundary["topics"],
             states,

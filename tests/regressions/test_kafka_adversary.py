@@ -152,3 +152,62 @@ def test_the_jaas_login_spark_s_kafka_client_parses_carries_the_credentials_as_g
     entries = context.configurationEntries()
     assert entries.size() == 1
     assert dict(entries.get(0).getOptions()) == {"username": user, "password": password}
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+@pytest.mark.guarantee
+def test_a_deleted_topic_of_a_two_topic_pipeline_leaves_a_way_to_load_the_other_once(
+    spark: Any, kafka_broker: Any, table: str
+) -> None:
+    """One of two topics deleted for good, while a batch of both is frozen: the frozen batch
+    is refused naming a re-freeze, which loads the other topic's range; planning refuses
+    naming ``data_loss='skip'``, which plans the other topic on from its frontier. Before the
+    fix every attempt, re-freeze and plan failed (``topic does not exist``), and dropping the
+    topic from ``topics`` is another source: a new pipeline_id, which loads the other topic
+    again from its first record."""
+    from airflow_eod.core.errors import ConfigurationError
+    from airflow_eod.core.planlog.restatement import plan_restatement
+    from airflow_eod.core.planlog.store import PlanLog
+    from airflow_eod.core.table_ref import TableRef
+    from airflow_eod.sources.kafka_topics import RecordsDeletedError
+
+    a, b = topic_name("a"), topic_name("b")
+    kafka_broker.create_topic(a, 1)
+    kafka_broker.create_topic(b, 1)
+    kafka_broker.produce(a, records(3, 1, tag="a"))
+    kafka_broker.produce(b, records(3, 1, tag="b"))
+    ctx = ctx_for(spark)
+    strict = kafka_source(kafka_broker, [a, b])
+    first = plan_kafka(strict, table, ctx)
+    assert first is not None
+    assert run_load(spark, kafka_spec(strict, table, first)).rows == 6
+    loaded_b = kafka_records(kafka_broker, b)
+    kafka_broker.produce(a, records(2, 1, tag="a", start=3))
+    kafka_broker.produce(b, records(2, 1, tag="b", start=3))
+    frozen = plan_kafka(strict, table, ctx, run="run-2")
+    assert frozen is not None
+    kafka_broker.delete_topic(b)
+    with pytest.raises(RecordsDeletedError, match="re-freeze it"):
+        run_load(spark, kafka_spec(strict, table, frozen))
+    refrozen = plan_restatement(
+        PlanLog(TableRef.parse(table), frozen.pipeline_id),
+        frozen,
+        run_token="refreeze-run",
+        committed_generation=None,
+        replan=lambda p, g: strict.replan(p, g, ctx, committed=False),
+    )
+    assert refrozen.boundary["topics"] == {
+        a: {"id": frozen.boundary["topics"][a]["id"], "partitions": {"0": [3, 5]}}
+    }
+    assert run_load(spark, kafka_spec(strict, table, refrozen)).rows == 2
+    kafka_broker.produce(a, records(2, 1, tag="a", start=5))
+    with pytest.raises(ConfigurationError, match="data_loss='skip'"):
+        plan_kafka(strict, table, ctx, run="run-3")
+    lenient = kafka_source(kafka_broker, [a, b], data_loss="skip")
+    third = plan_kafka(lenient, table, ctx, run="run-3")
+    assert third is not None and third.boundary["topics"] == {
+        a: {"id": frozen.boundary["topics"][a]["id"], "partitions": {"0": [5, 7]}}
+    }
+    assert run_load(spark, kafka_spec(lenient, table, third)).rows == 2
+    check_exactly_once(table, kafka_records(kafka_broker, a) + loaded_b)
