@@ -182,9 +182,15 @@ class KafkaSource:
     ) -> Callable[[OffsetHistory], tuple[dict[str, Any], list[dict[str, Any]]] | None]:
         def next_offsets(history: OffsetHistory) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
             newest = history.newest()
-            frontier: dict[str, Any] = newest.boundary["topics"] if newest is not None else {}
+            # A topic missing when a batch was planned keeps its frontier in the batch's
+            # "absent" (never read): should it come back under its id, it goes on from there.
+            frontier: dict[str, Any] = (
+                {**newest.boundary.get("absent", {}), **newest.boundary["topics"]}
+                if newest is not None
+                else {}
+            )
             states = self._states(ctx)
-            self._refuse_missing(states, label())
+            gone = self._refuse_missing(states, label())
             recreated = self._recreated(frontier, states)
             if recreated and self.data_loss != "skip":
                 self._refuse_recreated(frontier, states, label(), _RECREATED_WAY_OUT)
@@ -238,6 +244,9 @@ class KafkaSource:
                 return None
             taken = split_cap(backlog, self.max_records_per_batch)
             boundary, inputs = self._frozen(states, {tp: (s, s + taken[tp]) for tp, s in starts.items()})
+            absent = {topic: frontier[topic] for topic in gone if topic in frontier}
+            if absent:
+                boundary["absent"] = absent
             for entry in inputs:
                 for lost in skipped:
                     if (lost["topic"], lost["partition"]) == (entry["topic"], entry["partition"]):
@@ -315,6 +324,7 @@ class KafkaSource:
             )
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
         skipped: list[dict[str, Any]] = []
+        absent: dict[str, Any] = dict(plan.boundary.get("absent", {}))
         for topic, entry in frozen.items():
             if topic not in states:
                 if committed:
@@ -325,6 +335,12 @@ class KafkaSource:
                     )
                 # A re-freeze of a batch nobody committed: the deleted topic's records are gone.
                 log.warning("batch %s: re-frozen without deleted topic %r", plan.key.label, topic)
+                # Its frontier stays where the batch began: should it come back under its id
+                # (a broker that did not know it yet), no record of it is passed over.
+                absent[topic] = {
+                    "id": entry.get("id"),
+                    "partitions": {p: [int(r[0]), int(r[0])] for p, r in entry["partitions"].items()},
+                }
                 continue
             if topic in recreated:
                 # A re-freeze of a batch nobody committed: the old topic's frozen records are
@@ -359,6 +375,8 @@ class KafkaSource:
         elif skipped:
             log.warning("batch %s: re-frozen without %s", plan.key.label, skipped)
         boundary, inputs = self._frozen(states, ranges)
+        if absent:
+            boundary["absent"] = absent
         for topic, entry in boundary["topics"].items():
             if topic not in recreated:
                 entry["id"] = frozen[topic].get("id", entry["id"])
