@@ -260,3 +260,27 @@ def test_an_aborted_transaction_whose_marker_lies_past_the_frozen_end_never_land
     assert run_load(spark, kafka_spec(source, table, nxt)).rows == 3
     assert plan_kafka(source, table, ctx, run="run-3") is None
     check_exactly_once(table, kafka_records(kafka_broker, topic))
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+@pytest.mark.guarantee
+@pytest.mark.parametrize("field", ["Kafka_Offset", "KEY", "_eod_corrupt_record"])
+def test_a_json_value_field_named_like_a_column_the_source_adds_is_refused_by_name(
+    spark: Any, kafka_broker: Any, table: str, field: str
+) -> None:
+    """A value schema whose field differs from a column the source adds only by case (Spark
+    resolves names case-insensitively), or takes a name airflow-eod reserves: refused,
+    naming the field, before anything is written; never a table whose ``kafka_offset`` or
+    corrupt-record column a producer's JSON decides."""
+    from airflow_eod.core.errors import ConfigurationError
+
+    topic = topic_name("json")
+    kafka_broker.create_topic(topic, 1)
+    kafka_broker.produce(topic, [(0, "k0", f'{{"{field}": 999, "amount": 1}}')])
+    source = kafka_source(kafka_broker, topic, value_format="json", schema=f"`{field}` BIGINT, amount INT")
+    ctx = ctx_for(spark)
+    plan = plan_kafka(source, table, ctx)
+    assert plan is not None
+    with pytest.raises(ConfigurationError, match=field):
+        run_load(spark, kafka_spec(source, table, plan))
