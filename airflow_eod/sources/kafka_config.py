@@ -103,8 +103,11 @@ def planning_config(
 
 def _jaas(mechanism: str, credentials: Credentials) -> str:
     def quoted(text: str) -> str:
-        # JAAS values are double-quoted strings; a quote or backslash in them is escaped.
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        # JAAS values are double-quoted strings (Java's StreamTokenizer): a quote or backslash
+        # in them is escaped, and so is a line break, which would end the string and spill
+        # the rest of the value into the parser's errors.
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        return '"' + escaped.replace("\n", "\\n").replace("\r", "\\r") + '"'
 
     return (
         f"{_LOGIN_MODULES[mechanism]} required username={quoted(credentials.user)} "

@@ -55,7 +55,7 @@ def _client() -> Any:
 
 
 def describe_topics(
-    config: Mapping[str, Any], topics: Sequence[str], *, isolation_level: str
+    config: Mapping[str, Any], topics: Sequence[str], *, isolation_level: str, missing_ok: bool = False
 ) -> dict[str, TopicState]:
     """The id, partitions and offsets of each of ``topics``.
 
@@ -63,8 +63,9 @@ def describe_topics(
     :param topics: the topics.
     :param isolation_level: ``read_committed`` (end = last stable offset) or
         ``read_uncommitted`` (end = high watermark).
-    :raises ConfigurationError: for a topic that does not exist, or a SASL login the brokers
-        refuse (a wrong user or password does not right itself on a retry).
+    :param missing_ok: leave a topic that does not exist out of the answer.
+    :raises ConfigurationError: for a topic that does not exist (unless ``missing_ok``), or a
+        SASL login the brokers refuse (a wrong user or password does not right itself on a retry).
     :raises KafkaUnavailableError: when the brokers do not answer in time.
     """
     admin = _client()
@@ -106,6 +107,8 @@ def describe_topics(
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 if getattr(err, "name", lambda: "")() == "UNKNOWN_TOPIC_OR_PART":
+                    if missing_ok:
+                        continue
                     raise ConfigurationError(
                         f"Kafka topic {name!r} does not exist on {config.get('bootstrap.servers')}"
                     ) from None

@@ -48,6 +48,12 @@ log = logging.getLogger(__name__)
 VALUE_FORMATS = ("string", "binary", "json")
 DATA_LOSS_POLICIES = ("fail", "skip")
 Ranges = dict[str, dict[str, list[int]]]
+_RECREATED_WAY_OUT = (
+    "To go on, accept on purpose that the old topic's records no batch loaded are gone: set "
+    "data_loss='skip' for one run (the new topic is loaded from its first record, the pipeline's "
+    "other topics go on from their frontier); or load the new topic under a new pipeline_id "
+    "(that pipeline starts every one of its topics at its first record)"
+)
 
 
 class RecordsDeletedError(BatchRefusedError):
@@ -140,22 +146,46 @@ class KafkaSource:
 
     # -- what the brokers say ------------------------------------------------------------
     def _states(self, ctx: ReadContext) -> dict[str, TopicState]:
+        """The topics that exist, as the brokers describe them (a deleted topic is absent)."""
         config = planning_config(self.bootstrap_servers, self.client_config, ctx.credentials)
-        return describe_topics(config, self.topics, isolation_level=self.isolation_level)
+        return describe_topics(config, self.topics, isolation_level=self.isolation_level, missing_ok=True)
+
+    def _refuse_missing(self, states: dict[str, TopicState], label: str) -> list[str]:
+        """The pipeline's topics that do not exist: refused, unless ``data_loss='skip'``
+        accepts on purpose that a deleted topic's records no batch loaded are gone."""
+        gone = [topic for topic in sorted(self.topics) if topic not in states]
+        if gone and self.data_loss != "skip":
+            raise ConfigurationError(
+                f"batch {label}: Kafka topics {gone} do not exist on {self.bootstrap_servers}; nothing "
+                "was loaded. If they were deleted on purpose, data_loss='skip' loads the pipeline's "
+                "other topics on from their frontier without them (their records no batch loaded "
+                "are gone; a topic created again under the name is loaded from its first record)"
+            )
+        if gone:
+            log.warning(
+                "batch %s: Kafka topics %s do not exist; data_loss='skip': planning without them", label, gone
+            )
+        return gone
+
+    @staticmethod
+    def _recreated(frozen: Ranges | dict[str, Any], states: dict[str, TopicState]) -> list[str]:
+        """The topics of ``frozen`` whose id is not the one they have now."""
+        return [
+            topic
+            for topic, entry in frozen.items()
+            if topic in states and entry.get("id") and states[topic].topic_id != entry["id"]
+        ]
 
     def _refuse_recreated(
-        self, frozen: Ranges | dict[str, Any], states: dict[str, TopicState], label: str
+        self, frozen: Ranges | dict[str, Any], states: dict[str, TopicState], label: str, way_out: str
     ) -> None:
-        for topic, entry in frozen.items():
-            state = states.get(topic)
-            if state is not None and entry.get("id") and state.topic_id != entry["id"]:
-                raise TopicRecreatedError(
-                    label,
-                    f"Kafka topic {topic!r} was deleted and created again (topic id {entry['id']} when "
-                    f"planned, {state.topic_id} now): its offsets restart, so the pipeline's frontier "
-                    "means nothing in it; nothing was loaded. Load the new topic under a new "
-                    "pipeline_id (it starts at the topic's first record)",
-                )
+        for topic in self._recreated(frozen, states):
+            raise TopicRecreatedError(
+                label,
+                f"Kafka topic {topic!r} was deleted and created again (topic id {frozen[topic]['id']} "
+                f"when planned, {states[topic].topic_id} now): its offsets restart, so the pipeline's "
+                f"frontier means nothing in it; nothing was loaded. {way_out}",
+            )
 
     # -- planning ------------------------------------------------------------------------
     def _next_offsets(
@@ -163,12 +193,34 @@ class KafkaSource:
     ) -> Callable[[OffsetHistory], tuple[dict[str, Any], list[dict[str, Any]]] | None]:
         def next_offsets(history: OffsetHistory) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
             newest = history.newest()
-            frontier: dict[str, Any] = newest.boundary["topics"] if newest is not None else {}
+            # A topic missing when a batch was planned keeps its frontier in the batch's
+            # "absent" (never read): should it come back under its id, it goes on from there.
+            frontier: dict[str, Any] = (
+                {**newest.boundary.get("absent", {}), **newest.boundary["topics"]}
+                if newest is not None
+                else {}
+            )
             states = self._states(ctx)
-            self._refuse_recreated(frontier, states, label())
+            gone = self._refuse_missing(states, label())
+            recreated = self._recreated(frontier, states)
+            if recreated and self.data_loss != "skip":
+                self._refuse_recreated(frontier, states, label(), _RECREATED_WAY_OUT)
+            if recreated:
+                # Accepted on purpose: the old topic's records this pipeline had not loaded
+                # are gone with it; the new topic is loaded from its first record, the other
+                # topics go on from their frontier.
+                log.warning(
+                    "batch %s: Kafka topics %s were re-created; data_loss='skip': loading them from "
+                    "their first records, without the old topics' records no batch loaded",
+                    label(),
+                    recreated,
+                )
+                frontier = {t: e for t, e in frontier.items() if t not in recreated}
             starts: dict[tuple[str, int], int] = {}
             skipped: list[dict[str, Any]] = []
             for topic in sorted(self.topics):
+                if topic not in states:
+                    continue  # deleted, and accepted (_refuse_missing)
                 state = states[topic]
                 known = frontier.get(topic, {}).get("partitions", {})
                 if known and any(int(p) not in state.ends for p in known):
@@ -203,6 +255,9 @@ class KafkaSource:
                 return None
             taken = split_cap(backlog, self.max_records_per_batch)
             boundary, inputs = self._frozen(states, {tp: (s, s + taken[tp]) for tp, s in starts.items()})
+            absent = {topic: frontier[topic] for topic in gone if topic in frontier}
+            if absent:
+                boundary["absent"] = absent
             for entry in inputs:
                 for lost in skipped:
                     if (lost["topic"], lost["partition"]) == (entry["topic"], entry["partition"]):
@@ -267,10 +322,47 @@ class KafkaSource:
         decision to load what is left. A restatement needs all of them (or ``data_loss='skip'``)."""
         states = self._states(ctx)
         frozen: dict[str, Any] = plan.boundary["topics"]
-        self._refuse_recreated(frozen, states, plan.key.label)
+        recreated = self._recreated(frozen, states)
+        if committed:
+            # The table holds the old topic's records: restating them from the new topic
+            # would replace them with other records (or none).
+            self._refuse_recreated(
+                frozen,
+                states,
+                plan.key.label,
+                "The table holds the old topic's records of this batch, which Kafka no longer has: "
+                "a restatement would replace them with none, so it is refused",
+            )
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
         skipped: list[dict[str, Any]] = []
+        absent: dict[str, Any] = dict(plan.boundary.get("absent", {}))
         for topic, entry in frozen.items():
+            if topic not in states:
+                if committed:
+                    raise RecordsDeletedError(
+                        plan.key.label,
+                        f"Kafka topic {topic!r} no longer exists, and the table holds its records of "
+                        "this batch: a restatement would replace them with none, so it is refused",
+                    )
+                # A re-freeze of a batch nobody committed: the deleted topic's records are gone.
+                log.warning("batch %s: re-frozen without deleted topic %r", plan.key.label, topic)
+                # Its frontier stays where the batch began: should it come back under its id
+                # (a broker that did not know it yet), no record of it is passed over.
+                absent[topic] = {
+                    "id": entry.get("id"),
+                    "partitions": {p: [int(r[0]), int(r[0])] for p, r in entry["partitions"].items()},
+                }
+                continue
+            if topic in recreated:
+                # A re-freeze of a batch nobody committed: the old topic's frozen records are
+                # gone with it. An empty range at each partition's log start, under the new
+                # id, so that the next batch loads the new topic from its first record.
+                log.warning(
+                    "batch %s: re-frozen without re-created topic %r's old records", plan.key.label, topic
+                )
+                for partition, first in states[topic].starts.items():
+                    ranges[(topic, partition)] = (first, first)
+                continue
             for partition, (start, until) in entry["partitions"].items():
                 first = states[topic].starts.get(int(partition), 0)
                 if start < first < until or (start < first and first >= until and until > start):
@@ -284,13 +376,21 @@ class KafkaSource:
                     )
                     start = min(first, until)
                 ranges[(topic, int(partition))] = (int(start), int(until))
+        if not ranges:
+            raise ConfigurationError(
+                f"batch {plan.key.label}: none of its Kafka topics {sorted(frozen)} exists any more; "
+                "there is nothing to re-freeze it with"
+            )
         if skipped and committed:
             self._lost(skipped, plan.key.label)
         elif skipped:
             log.warning("batch %s: re-frozen without %s", plan.key.label, skipped)
         boundary, inputs = self._frozen(states, ranges)
+        if absent:
+            boundary["absent"] = absent
         for topic, entry in boundary["topics"].items():
-            entry["id"] = frozen[topic].get("id", entry["id"])
+            if topic not in recreated:
+                entry["id"] = frozen[topic].get("id", entry["id"])
         for entry in inputs:
             for lost in skipped:
                 if (lost["topic"], lost["partition"]) == (entry["topic"], entry["partition"]):
@@ -325,7 +425,22 @@ class KafkaSource:
             )
 
     def _check_topics(self, plan: Plan, states: dict[str, TopicState]) -> None:
-        self._refuse_recreated(plan.boundary["topics"], states, plan.key.label)
+        gone = sorted(topic for topic in plan.boundary["topics"] if topic not in states)
+        if gone:
+            raise RecordsDeletedError(
+                plan.key.label,
+                f"Kafka topics {gone} of this frozen batch no longer exist: their records are gone; "
+                "nothing was committed, and no retry brings them back. To load the batch's other "
+                "topics on purpose without them, re-freeze it: "
+                f"{refreeze_hint(plan.pipeline_id, plan.batch_key)}",
+            )
+        self._refuse_recreated(
+            plan.boundary["topics"],
+            states,
+            plan.key.label,
+            "To load on without the old topic's frozen records on purpose (the new topic then "
+            f"loads from its first record), re-freeze it: {refreeze_hint(plan.pipeline_id, plan.batch_key)}",
+        )
         for topic, entry in plan.boundary["topics"].items():
             for partition, (_start, until) in entry["partitions"].items():
                 end = states[topic].ends.get(int(partition))

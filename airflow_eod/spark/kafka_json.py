@@ -45,16 +45,14 @@ def parse_json_values(
 
     assert source.schema is not None  # checked by KafkaSource
     schema = value_schema(source.schema)
-    clash = {f.name for f in schema.fields} & {
-        "key",
-        "kafka_topic",
-        "kafka_partition",
-        "kafka_offset",
-        "kafka_timestamp",
-    }
+    # Spark resolves column names case-insensitively, and airflow-eod's own columns start
+    # with _eod_: a field named like either would clash at the write, or stand in for them.
+    added = {"key", "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp"}
+    clash = [f.name for f in schema.fields if f.name.lower() in added or f.name.lower().startswith("_eod_")]
     if clash:
         raise ConfigurationError(
-            f"the value schema's fields {sorted(clash)} clash with the columns the Kafka source adds"
+            f"the value schema's fields {sorted(clash)} clash with the columns the Kafka source adds "
+            f"({sorted(added)}, compared without case) or with airflow-eod's reserved prefix '_eod_'"
         )
     text = F.col("value").cast("string")
     # The partition a record came from stands where a landing file's name stands.
