@@ -116,3 +116,36 @@ def restate_request(
 
 def json_keys(asked: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in sorted(asked.items()))
+
+
+def source_overrides(
+    conf: Mapping[str, Any], pipeline_id: str, allowed: Mapping[str, tuple[str, ...]]
+) -> dict[str, str]:
+    """The source settings this run's conf sets for one run of this pipeline, such as
+    ``{"eod_pipeline": "<id>", "eod_data_loss": "skip"}`` (a Kafka source's way out that
+    needs no DAG change). Scoped as a restatement is: only the pipelines ``eod_pipeline``
+    names take them, and a conf that sets one without naming a pipeline fails.
+
+    :param conf: the run's ``dag_run.conf``.
+    :param pipeline_id: this task's pipeline id.
+    :param allowed: conf key -> the values it may take; the setting's name is the key
+        without its ``eod_`` prefix.
+    :raises ConfigurationError: a value not allowed, or no ``eod_pipeline``.
+    """
+    asked = {k: conf[k] for k in allowed if k in conf}
+    if not asked:
+        return {}
+    if PIPELINE not in conf:
+        raise ConfigurationError(
+            f"dag_run.conf sets {json_keys(asked)} but does not say for which pipeline: add "
+            f"{PIPELINE!r} with the pipeline id (this task's is {pipeline_id!r})"
+        )
+    if pipeline_id not in _named(conf[PIPELINE]):
+        return {}
+    out: dict[str, str] = {}
+    for key, value in asked.items():
+        if value not in allowed[key]:
+            raise ConfigurationError(f"dag_run.conf {key!r} must be one of {allowed[key]}, not {value!r}")
+        out[key.removeprefix("eod_")] = str(value)
+    log.info("dag_run.conf: pipeline %s runs with %s for this run", pipeline_id, out)
+    return out

@@ -3,6 +3,7 @@ frozen offset ranges."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -11,12 +12,19 @@ from airflow_eod.core.ddl_schema import ddl_columns
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.merge_rules import check_merge_columns
 from airflow_eod.core.options import choice
-from airflow_eod.core.source import Credentials
+from airflow_eod.core.source import Credentials, ReadContext
 from airflow_eod.core.table_ref import TableRef
 from airflow_eod.hooks.kafka_source import KafkaSourceHook
 from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
+from airflow_eod.run_conf import conf_of, source_overrides
+from airflow_eod.run_context import pipeline_id_for
 from airflow_eod.sources.kafka_offsets import ISOLATION_LEVELS
-from airflow_eod.sources.kafka_topics import DATA_LOSS_POLICIES, VALUE_FORMATS, KafkaSource
+from airflow_eod.sources.kafka_topics import (
+    DATA_LOSS_POLICIES,
+    TOPIC_CHANGE_POLICIES,
+    VALUE_FORMATS,
+    KafkaSource,
+)
 
 # The columns a string or binary load writes (a JSON load: key, the value's fields, and these).
 _FIXED_COLUMNS = ["key", "value", "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp"]
@@ -30,8 +38,9 @@ class KafkaToDeltaOperator(BaseDeltaLoadOperator):
     pipeline's last committed batch ended (the partitions' first records for the first batch,
     offset 0 for partitions added since) to each partition's end when planned. Every retry
     reads exactly those records; nothing is committed to Kafka's consumer groups (the table's
-    markers and the plan log are the record). ``catch_up=True`` loads batch after batch
-    until the topics are drained, like Structured Streaming's ``Trigger.AvailableNow``.
+    markers and the plan log are the record). ``catch_up=True`` loads batch after batch up
+    to the end offsets the topics had when the run began, like Structured Streaming's
+    ``Trigger.AvailableNow`` (records produced meanwhile wait for the next run).
     Arguments shared by every load operator are described on
     :class:`~airflow_eod.operators.delta_load.BaseDeltaLoadOperator`; see
     docs/sources/kafka.md.
@@ -48,7 +57,14 @@ class KafkaToDeltaOperator(BaseDeltaLoadOperator):
     :param isolation_level: ``read_committed`` (default: aborted transactions never land, open
         ones are never frozen) or ``read_uncommitted``.
     :param data_loss: ``fail`` (default): records Kafka deleted before a batch read them refuse
-        the batch; ``skip``: load past them, recording the skipped offsets in the plan.
+        the batch; ``skip``: load past them, recording the skipped offsets in the plan. One run
+        can accept the loss without a DAG change: ``dag_run.conf`` ``{"eod_pipeline": "<id>",
+        "eod_data_loss": "skip"}``.
+    :param topic_changes: ``fail`` (default): a deleted topic, or one deleted and created again
+        under its name (a new topic id), refuses planning; ``accept``: plan without a deleted
+        topic and load a re-created one from its first record. Best accepted for one run
+        (``dag_run.conf`` ``{"eod_pipeline": "<id>", "eod_topic_changes": "accept"}``), after
+        checking that the topic was not mirrored with its history from another cluster.
     :param monitoring_group_id: a consumer group to commit each loaded batch's end offsets to,
         after the table holds it, so that lag monitors see the pipeline's progress (best
         effort, never read back: :mod:`airflow_eod.sources.kafka_group`).
@@ -66,6 +82,7 @@ class KafkaToDeltaOperator(BaseDeltaLoadOperator):
         schema: str | None = None,
         isolation_level: str = "read_committed",
         data_loss: str = "fail",
+        topic_changes: str = "fail",
         monitoring_group_id: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -88,6 +105,7 @@ class KafkaToDeltaOperator(BaseDeltaLoadOperator):
             schema=schema,
             isolation_level=isolation_level,
             data_loss=data_loss,
+            topic_changes=topic_changes,
         )
         if self.transform is None:
             columns = _FIXED_COLUMNS
@@ -100,6 +118,8 @@ class KafkaToDeltaOperator(BaseDeltaLoadOperator):
         self.schema = schema
         self.isolation_level = isolation_level
         self.data_loss = data_loss
+        self.topic_changes = topic_changes
+        self._run_overrides: dict[str, str] = {}
         self.monitoring_group_id = monitoring_group_id
 
     @cached_property
@@ -108,7 +128,12 @@ class KafkaToDeltaOperator(BaseDeltaLoadOperator):
         return KafkaSourceHook(kafka_config_id=self.kafka_config_id)
 
     def build_source(self) -> KafkaSource:
-        return KafkaSource(
+        """The source, with this run's ``dag_run.conf`` overrides, and (a catch-up run) the
+        end offsets when the run began: the run stops there, as ``availableNow`` does."""
+        overrides = self._run_overrides
+        source = KafkaSource(
+            data_loss=overrides.get("data_loss", self.data_loss),
+            topic_changes=overrides.get("topic_changes", self.topic_changes),
             bootstrap_servers=self.hook.bootstrap_servers,
             topics=self.topics,
             client_config=self.hook.client_config,
@@ -116,13 +141,22 @@ class KafkaToDeltaOperator(BaseDeltaLoadOperator):
             value_format=self.value_format,
             schema=self.schema,
             isolation_level=self.isolation_level,
-            data_loss=self.data_loss,
         )
+        if self.catch_up:
+            ends = source.end_offsets_now(ReadContext(credentials=self.credentials()))
+            source = dataclasses.replace(source, end_offsets=ends)
+        return source
 
     def credentials(self) -> Credentials | None:
         return self.hook.credentials()
 
     def _load(self, context: Any) -> dict[str, Any]:
+        # The ways out that need no DAG change, for one run of one pipeline.
+        self._run_overrides = source_overrides(
+            conf_of(context),
+            pipeline_id_for(self, self.pipeline_id, context),
+            {"eod_data_loss": DATA_LOSS_POLICIES, "eod_topic_changes": TOPIC_CHANGE_POLICIES},
+        )
         returned = super()._load(context)
         result = self._result
         if self.monitoring_group_id and result is not None and result.batch_key is not None:

@@ -47,12 +47,14 @@ log = logging.getLogger(__name__)
 
 VALUE_FORMATS = ("string", "binary", "json")
 DATA_LOSS_POLICIES = ("fail", "skip")
+TOPIC_CHANGE_POLICIES = ("fail", "accept")
 Ranges = dict[str, dict[str, list[int]]]
 _RECREATED_WAY_OUT = (
-    "To go on, accept on purpose that the old topic's records no batch loaded are gone: set "
-    "data_loss='skip' for one run (the new topic is loaded from its first record, the pipeline's "
-    "other topics go on from their frontier); or load the new topic under a new pipeline_id "
-    "(that pipeline starts every one of its topics at its first record)"
+    "To go on, accept on purpose that the old topic's records no batch loaded are gone: trigger "
+    'one run with conf {{"eod_pipeline": "{pipeline}", "eod_topic_changes": "accept"}} (or set '
+    "topic_changes='accept' on the operator): the new topic is loaded from its first record, the "
+    "pipeline's other topics go on from their frontier. Never accept it for a cluster whose "
+    "topics were mirrored with their history (a migration): that history would load again"
 )
 
 
@@ -86,6 +88,14 @@ class KafkaSource:
     :param isolation_level: ``read_committed`` (default) or ``read_uncommitted``.
     :param data_loss: ``fail`` (default): records deleted before a batch read them refuse
         it; ``skip``: plan past them, recording the skipped ranges (a warning in the log).
+    :param topic_changes: ``fail`` (default): a topic of the pipeline that was deleted, or
+        deleted and created again (a new topic id), refuses planning; ``accept``: plan without
+        a deleted topic, and load a re-created one from its first record (its old records no
+        batch loaded are gone). Meant for one run, through ``dag_run.conf``.
+    :param end_offsets: with ``catch_up``: the end offsets when the run began
+        (``{topic: {partition: offset}}``); no batch of the run goes past them, so a run ends
+        on a topic that is always written to, as ``Trigger.AvailableNow`` does. Not part of
+        the source's identity: each run sets its own.
     """
 
     bootstrap_servers: str
@@ -96,6 +106,8 @@ class KafkaSource:
     schema: str | None = None
     isolation_level: str = "read_committed"
     data_loss: str = "fail"
+    topic_changes: str = "fail"
+    end_offsets: dict[str, dict[str, int]] | None = None
 
     kind: ClassVar[str] = "kafka"
 
@@ -103,6 +115,7 @@ class KafkaSource:
         choice("value_format", self.value_format, VALUE_FORMATS)
         choice("isolation_level", self.isolation_level, ISOLATION_LEVELS)
         choice("data_loss", self.data_loss, DATA_LOSS_POLICIES)
+        choice("topic_changes", self.topic_changes, TOPIC_CHANGE_POLICIES)
         if not self.bootstrap_servers or not str(self.bootstrap_servers).strip():
             raise ConfigurationError("the Kafka source needs bootstrap_servers (host:port,...)")
         if not self.topics or len(set(self.topics)) != len(self.topics):
@@ -118,11 +131,16 @@ class KafkaSource:
             # The value's fields sit beside the key and the record's origin: a field of the same
             # name (Spark's names are case-insensitive) would be a duplicate column at write time.
             taken = ("key", "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp")
-            clash = [c for c in ddl_columns("schema", str(self.schema)) if c.lower() in taken]
+            clash = [
+                c
+                for c in ddl_columns("schema", str(self.schema))
+                if c.lower() in taken or c.lower().startswith("_eod_")
+            ]
             if clash:
                 raise ConfigurationError(
                     f"schema fields {clash} have the names of columns the Kafka source writes "
-                    f"itself {list(taken)}: rename them in the schema"
+                    f"itself {list(taken)} (or airflow-eod's reserved prefix _eod_): rename them "
+                    "in the schema"
                 )
         if self.max_records_per_batch is not None and self.max_records_per_batch < 1:
             raise ConfigurationError("max_records_per_batch must be at least 1")
@@ -151,19 +169,24 @@ class KafkaSource:
         return describe_topics(config, self.topics, isolation_level=self.isolation_level, missing_ok=True)
 
     def _refuse_missing(self, states: dict[str, TopicState], label: str) -> list[str]:
-        """The pipeline's topics that do not exist: refused, unless ``data_loss='skip'``
+        """The pipeline's topics that do not exist: refused, unless ``topic_changes='accept'``
         accepts on purpose that a deleted topic's records no batch loaded are gone."""
         gone = [topic for topic in sorted(self.topics) if topic not in states]
-        if gone and self.data_loss != "skip":
+        if gone and self.topic_changes != "accept":
+            pipeline = label.rpartition("/")[0]
             raise ConfigurationError(
                 f"batch {label}: Kafka topics {gone} do not exist on {self.bootstrap_servers}; nothing "
-                "was loaded. If they were deleted on purpose, data_loss='skip' loads the pipeline's "
-                "other topics on from their frontier without them (their records no batch loaded "
-                "are gone; a topic created again under the name is loaded from its first record)"
+                "was loaded. If they were deleted on purpose, trigger one run with conf "
+                f'{{"eod_pipeline": "{pipeline}", "eod_topic_changes": "accept"}} (or set '
+                "topic_changes='accept'): it loads the pipeline's other topics on from their "
+                "frontier without them (their records no batch loaded are gone; a topic created "
+                "again under the name is loaded from its first record)"
             )
         if gone:
             log.warning(
-                "batch %s: Kafka topics %s do not exist; data_loss='skip': planning without them", label, gone
+                "batch %s: Kafka topics %s do not exist; topic_changes='accept': planning without them",
+                label,
+                gone,
             )
         return gone
 
@@ -203,14 +226,15 @@ class KafkaSource:
             states = self._states(ctx)
             gone = self._refuse_missing(states, label())
             recreated = self._recreated(frontier, states)
-            if recreated and self.data_loss != "skip":
-                self._refuse_recreated(frontier, states, label(), _RECREATED_WAY_OUT)
+            if recreated and self.topic_changes != "accept":
+                way_out = _RECREATED_WAY_OUT.format(pipeline=label().rpartition("/")[0])
+                self._refuse_recreated(frontier, states, label(), way_out)
             if recreated:
                 # Accepted on purpose: the old topic's records this pipeline had not loaded
                 # are gone with it; the new topic is loaded from its first record, the other
                 # topics go on from their frontier.
                 log.warning(
-                    "batch %s: Kafka topics %s were re-created; data_loss='skip': loading them from "
+                    "batch %s: Kafka topics %s were re-created; topic_changes='accept': loading them from "
                     "their first records, without the old topics' records no batch loaded",
                     label(),
                     recreated,
@@ -250,7 +274,7 @@ class KafkaSource:
                     starts[(topic, partition)] = start
             if skipped:
                 self._lost(skipped, label())
-            backlog = {tp: max(0, states[tp[0]].ends[tp[1]] - start) for tp, start in starts.items()}
+            backlog = {tp: max(0, self._end(states, tp) - start) for tp, start in starts.items()}
             if not any(backlog.values()):
                 return None
             taken = split_cap(backlog, self.max_records_per_batch)
@@ -265,6 +289,19 @@ class KafkaSource:
             return boundary, inputs
 
         return next_offsets
+
+    def _end(self, states: dict[str, TopicState], tp: tuple[str, int]) -> int:
+        """Where a batch of ``tp`` may end now: the partition's end, or (a catch-up run) the end
+        it had when the run began, whichever is lower; a partition added since waits."""
+        end = states[tp[0]].ends[tp[1]]
+        if self.end_offsets is None:
+            return end
+        return min(end, int(self.end_offsets.get(tp[0], {}).get(str(tp[1]), 0)))
+
+    def end_offsets_now(self, ctx: ReadContext) -> dict[str, dict[str, int]]:
+        """Each partition's end now (``{topic: {partition: offset}}``), for a catch-up run's
+        :attr:`end_offsets`."""
+        return {t: {str(p): e for p, e in st.ends.items()} for t, st in self._states(ctx).items()}
 
     def _frozen(
         self, states: dict[str, TopicState], ranges: dict[tuple[str, int], tuple[int, int]]
@@ -293,8 +330,10 @@ class KafkaSource:
             label,
             f"Kafka no longer holds {ranges}: they were deleted (retention, DeleteRecords) before "
             "this pipeline read them, and no retry brings them back; nothing was loaded. To go on "
-            "without them, accept the loss on purpose: set data_loss='skip' for one run (the plan "
-            "records the skipped ranges), or raise the topic's retention so that it does not recur",
+            "without them, accept the loss on purpose: trigger one run with conf "
+            f'{{"eod_pipeline": "{label.rpartition("/")[0]}", "eod_data_loss": "skip"}} (or set '
+            "data_loss='skip' on the operator; the plan records the skipped ranges), and raise the "
+            "topic's retention so that it does not recur",
         )
 
     def plan(

@@ -150,7 +150,7 @@ def test_records_deleted_before_planning_fail_or_are_skipped_as_configured(
     kafka_broker.delete_records(topic, {1: 5})  # 3 and 4 of partition 1: never read
     with pytest.raises(RecordsDeletedError, match=rf"{topic}-1 offsets \[3, 5\)") as refused:
         plan_kafka(source, table, ctx, run="run-2")
-    assert "data_loss='skip'" in str(refused.value)
+    assert "data_loss='skip'" in str(refused.value) and '"eod_data_loss": "skip"' in str(refused.value)
     # Nothing was frozen: the refused planning left no plan behind.
     skipping = kafka_source(kafka_broker, topic, data_loss="skip")
     nxt = plan_kafka(skipping, table, ctx, run="run-3")

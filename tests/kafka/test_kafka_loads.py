@@ -87,3 +87,40 @@ def test_a_loaded_batch_s_offsets_reach_a_monitoring_group_and_planning_never_re
         plan.boundary,
         plan.key.label,
     )
+
+
+def test_a_catch_up_run_stops_at_the_ends_the_topics_had_when_it_began(
+    spark: Any, kafka_broker: Any, table: str
+) -> None:
+    """``availableNow``: records produced while a catch-up run loads wait for the next run,
+    so a run on a topic that is always written to ends (the operator sets ``end_offsets``)."""
+    import dataclasses
+
+    topic = topic_name()
+    kafka_broker.create_topic(topic, 2)
+    kafka_broker.produce(topic, records(10, 2))
+    ctx = ctx_for(spark)
+    base = kafka_source(kafka_broker, topic, max_records_per_batch=4)
+    run = dataclasses.replace(base, end_offsets=base.end_offsets_now(ctx))
+    assert run.end_offsets == {topic: {"0": 5, "1": 5}}
+    first = plan_kafka(run, table, ctx, run="catch-up-1")
+    assert first is not None and run_load(spark, kafka_spec(run, table, first)).rows == 4
+    kafka_broker.produce(topic, records(6, 2, start=10))  # produced while the run loads
+    loaded = 4
+    for n in range(2, 10):
+        nxt = plan_kafka(run, table, ctx, run=f"catch-up-{n}")
+        if nxt is None:
+            break
+        assert all(r[1] <= 5 for r in nxt.boundary["topics"][topic]["partitions"].values())
+        loaded += run_load(spark, kafka_spec(run, table, nxt)).rows
+    assert loaded == 10
+    # The next run (new ends) takes what was produced meanwhile; the source's identity is the
+    # same, whatever a run's ends were.
+    later = dataclasses.replace(base, end_offsets=base.end_offsets_now(ctx))
+    assert later.identity() == run.identity()
+    rest = plan_kafka(later, table, ctx, run="next-run")
+    assert rest is not None and rest.boundary["topics"][topic]["partitions"] == {"0": [5, 7], "1": [5, 7]}
+    while rest is not None:
+        run_load(spark, kafka_spec(later, table, rest))
+        rest = plan_kafka(later, table, ctx, run=f"next-run-{rest.seq}")
+    check_exactly_once(table, kafka_records(kafka_broker, topic))

@@ -32,7 +32,7 @@ def test_a_re_created_topic_of_a_two_topic_pipeline_has_a_way_out_that_loads_the
     spark: Any, kafka_broker: Any, table: str
 ) -> None:
     """One of two topics re-created: planning refuses, and the way out its message names
-    (``data_loss='skip'`` for one run) loads the other topic on from its frontier and the
+    (``topic_changes='accept'`` for one run) loads the other topic on from its frontier and the
     new topic from its first record. Before the fix the only way out was a new pipeline_id,
     which loads the other topic again from its first record: every record of it twice."""
     a, b = topic_name("a"), topic_name("b")
@@ -52,14 +52,14 @@ def test_a_re_created_topic_of_a_two_topic_pipeline_has_a_way_out_that_loads_the
     kafka_broker.produce(a, records(2, 1, tag="a", start=3))
     with pytest.raises(TopicRecreatedError) as refused:
         plan_kafka(strict, table, ctx, run="run-2")
-    assert "data_loss='skip'" in str(refused.value)
-    lenient = kafka_source(kafka_broker, [a, b], data_loss="skip")
+    assert '"eod_topic_changes": "accept"' in str(refused.value)
+    lenient = kafka_source(kafka_broker, [a, b], topic_changes="accept")
     second = plan_kafka(lenient, table, ctx, run="run-2")
     assert second is not None
     assert second.boundary["topics"][a]["partitions"] == {"0": [3, 5]}
     assert second.boundary["topics"][b]["partitions"] == {"0": [0, 2]}
     assert run_load(spark, kafka_spec(lenient, table, second)).rows == 4
-    # Back to data_loss='fail': the pipeline goes on from the new topic's frontier.
+    # Back to topic_changes='fail': the pipeline goes on from the new topic's frontier.
     kafka_broker.produce(b, records(1, 1, tag="b-new", start=2))
     third = plan_kafka(strict, table, ctx, run="run-3")
     assert third is not None and third.boundary["topics"][b]["partitions"] == {"0": [2, 3]}
@@ -162,7 +162,7 @@ def test_a_deleted_topic_of_a_two_topic_pipeline_leaves_a_way_to_load_the_other_
 ) -> None:
     """One of two topics deleted for good, while a batch of both is frozen: the frozen batch
     is refused naming a re-freeze, which loads the other topic's range; planning refuses
-    naming ``data_loss='skip'``, which plans the other topic on from its frontier. Before the
+    naming ``topic_changes='accept'``, which plans the other topic on from its frontier. Before the
     fix every attempt, re-freeze and plan failed (``topic does not exist``), and dropping the
     topic from ``topics`` is another source: a new pipeline_id, which loads the other topic
     again from its first record."""
@@ -202,16 +202,16 @@ def test_a_deleted_topic_of_a_two_topic_pipeline_leaves_a_way_to_load_the_other_
     }
     assert run_load(spark, kafka_spec(strict, table, refrozen)).rows == 2
     kafka_broker.produce(a, records(2, 1, tag="a", start=5))
-    with pytest.raises(ConfigurationError, match="data_loss='skip'"):
+    with pytest.raises(ConfigurationError, match="eod_topic_changes"):
         plan_kafka(strict, table, ctx, run="run-3")
-    lenient = kafka_source(kafka_broker, [a, b], data_loss="skip")
+    lenient = kafka_source(kafka_broker, [a, b], topic_changes="accept")
     third = plan_kafka(lenient, table, ctx, run="run-3")
     assert third is not None and third.boundary["topics"] == {
         a: {"id": frozen.boundary["topics"][a]["id"], "partitions": {"0": [5, 7]}}
     }
     assert run_load(spark, kafka_spec(lenient, table, third)).rows == 2
     # The deleted topic's frontier is kept (the batch's "absent"): created again under its
-    # name it is a re-created topic, refused, or with data_loss='skip' loaded from its start.
+    # name it is a re-created topic, refused, or with topic_changes='accept' loaded from its start.
     assert set(third.boundary["absent"]) == {b}
     kafka_broker.create_topic(b, 1)
     kafka_broker.produce(b, records(2, 1, tag="b-new"))
@@ -278,9 +278,14 @@ def test_a_json_value_field_named_like_a_column_the_source_adds_is_refused_by_na
     topic = topic_name("json")
     kafka_broker.create_topic(topic, 1)
     kafka_broker.produce(topic, [(0, "k0", f'{{"{field}": 999, "amount": 1}}')])
-    source = kafka_source(kafka_broker, topic, value_format="json", schema=f"`{field}` BIGINT, amount INT")
+    # Refused where the source is made (when the DAG is parsed, for the operator).
+    with pytest.raises(ConfigurationError, match=field):
+        kafka_source(kafka_broker, topic, value_format="json", schema=f"`{field}` BIGINT, amount INT")
+    # And by the reader, for a source made another way (a spec written by an older release).
+    source = kafka_source(kafka_broker, topic, value_format="json", schema="`other` BIGINT, amount INT")
     ctx = ctx_for(spark)
     plan = plan_kafka(source, table, ctx)
     assert plan is not None
+    object.__setattr__(source, "schema", f"`{field}` BIGINT, amount INT")
     with pytest.raises(ConfigurationError, match=field):
         run_load(spark, kafka_spec(source, table, plan))
