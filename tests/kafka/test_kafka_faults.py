@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -39,6 +40,7 @@ from tests.support.kafka_helpers import (
     records,
     topic_name,
 )
+from tests.support.rendezvous import arrivals
 from tests.support.spark_conf import KAFKA_JARS_ENV
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.faults]
@@ -90,20 +92,46 @@ def _first_plan(
     return topic, source, plan
 
 
-@pytest.mark.parametrize("point", JOB_POINTS)
-def test_a_child_killed_at_each_boundary_then_the_retry_commits_the_batch_once(
-    spark: Any, kafka_broker: Any, table: str, tmp_path: Any, point: str
+# Where the process dies, and how: a kill in a child driver where the dead attempt leaves
+# something behind (staged files; a commit without its durable record), an exception in
+# this process where it leaves nothing a kill would not (before anything is read; after
+# the commit and its record), which spares a JVM start-up each.
+BOUNDARIES = [
+    ("before_write", "raise"),
+    ("after_stage", "kill"),
+    ("before_commit", "kill"),
+    ("before_record", "kill"),
+    ("after_commit", "raise"),
+]
+assert {p for p, _ in BOUNDARIES} == set(JOB_POINTS), "a job fault point has no case here"
+
+
+@pytest.mark.parametrize(("point", "how"), BOUNDARIES)
+def test_a_crash_at_each_boundary_then_the_retry_commits_the_batch_once(
+    spark: Any,
+    kafka_broker: Any,
+    table: str,
+    tmp_path: Any,
+    point: str,
+    how: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic, source, first = _first_plan(spark, kafka_broker, table, 20, 2)
     assert run_load(spark, kafka_spec(source, table, first)).outcome == "committed"
-    # The second batch (a commit onto an existing table) dies in its own driver.
+    # The second batch (a commit onto an existing table) dies.
     kafka_broker.produce(topic, records(16, 2, start=20))
     ctx = ctx_for(spark)
     plan = plan_kafka(source, table, ctx, run="run-2")
     assert plan is not None
-    child = _child(kafka_spec(source, table, plan), tmp_path, f"{point}=kill@1")
-    out = child.communicate(timeout=300)[0].decode()
-    assert child.returncode == -signal.SIGKILL, out[-2000:]
+    if how == "kill":
+        child = _child(kafka_spec(source, table, plan), tmp_path, f"{point}=kill@1")
+        out = child.communicate(timeout=300)[0].decode()
+        assert child.returncode == -signal.SIGKILL, out[-2000:]
+    else:
+        monkeypatch.setenv("EOD_FAULTPOINTS", f"{point}=raise@1")
+        with pytest.raises(InjectedFault):
+            run_load(spark, kafka_spec(source, table, plan))
+        monkeypatch.delenv("EOD_FAULTPOINTS")
     # Past the Delta commit (before its durable record, or after it), the batch is in.
     committed = ask(TableRef.parse(table), plan.key).committed
     assert committed == (point in ("before_record", "after_commit")), point
@@ -117,7 +145,7 @@ def test_a_child_killed_at_each_boundary_then_the_retry_commits_the_batch_once(
     assert result.outcome == ("already_committed" if committed else "committed")
     assert _commits(table) == 2
     check_exactly_once(table, _up_to(kafka_broker, topic, plan))
-    # What the killed attempt staged is gone once the batch is committed.
+    # What the dead attempt staged is gone once the batch is committed.
     assert os.listdir(os.path.join(table, batch_dir(plan.key))) == [
         os.path.basename(attempt_dir(plan.key, 0, _winner(table, plan)))
     ]
@@ -229,16 +257,46 @@ def test_a_child_killed_while_spark_reads_or_stages_then_the_retry_commits_once(
     assert os.listdir(os.path.join(table, batch_dir(plan.key))) == [os.path.basename(ours.rstrip("/"))]
 
 
+def _racer(spec: LoadSpec, tmp: Any, name: str, rendezvous: str) -> subprocess.Popen[bytes]:
+    """A child driver that, after its ask and before its commit, waits at ``rendezvous``
+    until the other racer got there too (tests/support/rendezvous.py)."""
+    from tests.conftest import REPO
+
+    spec_path = os.path.join(str(tmp), f"{name}-spec.json")
+    with open(spec_path, "w") as fh:
+        fh.write(spec.to_json())
+    args = ["--local", "--spec", spec_path, "--result", os.path.join(str(tmp), f"{name}-result.json")]
+    code = (
+        "import sys\n"
+        "from airflow_eod.spark.driver import main\n"
+        "from tests.support.rendezvous import meeting_before_commit\n"
+        f"with meeting_before_commit({rendezvous!r}, {name!r}, 2):\n"
+        f"    code = main({args!r})\n"
+        "sys.exit(code)\n"
+    )
+    env = dict(
+        os.environ,
+        PYSPARK_SUBMIT_ARGS=f"--jars {os.environ[KAFKA_JARS_ENV]} pyspark-shell",
+        EOD_FAULTPOINTS="",
+        PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
 def test_two_child_drivers_racing_for_the_same_offsets_commit_once(
     spark: Any, kafka_broker: Any, table: str, tmp_path: Any
 ) -> None:
     topic, source, plan = _first_plan(spark, kafka_broker, table, 40, 2)
-    # Both pause between their ask and their commit (longer than their JVMs' start-up
-    # differs), so both have asked "no" before either commits: fencing picks the winner.
-    a = _child(kafka_spec(source, table, plan, try_number=1), tmp_path, "before_commit=sleep:8", "a")
-    b = _child(kafka_spec(source, table, plan, try_number=2), tmp_path, "before_commit=sleep:8", "b")
+    # Both meet between their ask and their commit: both have asked "no" before either
+    # commits (or creates the table), so fencing, not timing, picks the winner.
+    rendezvous = str(tmp_path / "rendezvous")
+    a = _racer(kafka_spec(source, table, plan, try_number=1), tmp_path, "a", rendezvous)
+    b = _racer(kafka_spec(source, table, plan, try_number=2), tmp_path, "b", rendezvous)
     outs = [p.communicate(timeout=300)[0].decode() for p in (a, b)]
     assert a.returncode == 0 and b.returncode == 0, "\n".join(o[-1500:] for o in outs)
+    assert arrivals(rendezvous) == ["a", "b"]
     results = [json.loads((tmp_path / f"{n}-result.json").read_text()) for n in "ab"]
     assert sorted(r["outcome"] for r in results) == ["already_committed", "committed"]
     loser = [r["outcome"] for r in results].index("already_committed")
