@@ -363,12 +363,29 @@ def _catch_up(spark: Any, source: KafkaSource, table: str, run: str, try_number:
     raise AssertionError("the catch-up did not drain the topic in 100 batches")
 
 
+def _transactions(broker: Any, topic: str, partitions: int) -> None:
+    """One committed and one aborted transaction, each a record per partition: the aborted
+    records and both transactions' markers take offsets that hold no row."""
+    producer = broker.transactional_producer(f"tx-{uuid.uuid4().hex[:8]}")
+    for tag, commit in (("tx-ok", True), ("tx-aborted", False)):
+        producer.begin_transaction()
+        for p in range(partitions):
+            producer.produce(topic, key=f"{tag}-{p}", value=f"{tag}-{p}", partition=p)
+        producer.flush(30)  # in the log before the abort: the aborted records take offsets
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+
 def test_a_catch_up_run_that_dies_between_batches_is_resumed_by_its_retry(
     spark: Any, kafka_broker: Any, table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     topic = topic_name()
     kafka_broker.create_topic(topic, 3)
-    kafka_broker.produce(topic, records(50, 3))
+    kafka_broker.produce(topic, records(30, 3))
+    _transactions(kafka_broker, topic, 3)
+    kafka_broker.produce(topic, records(12, 3, start=30))
     source = kafka_source(kafka_broker, topic, max_records_per_batch=12)
     # Try 1 dies right after its third batch committed, before it plans the fourth.
     monkeypatch.setenv("EOD_FAULTPOINTS", "after_commit=raise@1#3")
@@ -376,13 +393,23 @@ def test_a_catch_up_run_that_dies_between_batches_is_resumed_by_its_retry(
         _catch_up(spark, source, table, "run-1", try_number=1)
     assert _commits(table) == 3
     monkeypatch.delenv("EOD_FAULTPOINTS")
-    kafka_broker.produce(topic, records(7, 3, start=50))  # more arrive before the retry
+    kafka_broker.produce(topic, records(7, 3, start=42))  # more arrive before the retry
     done = _catch_up(spark, source, table, "run-1", try_number=2)
     outcomes = [r.outcome for _, r in done]
     assert outcomes[:3] == ["already_committed"] * 3 and set(outcomes[3:]) == {"committed"}
+    # Each batch spans at most 12 offsets, and the batches tile every partition's offsets
+    # from 0 without a gap or an overlap, markers and aborted records included.
     sizes = [sum(i["until"] - i["from"] for i in plan.inputs) for plan, _ in done]
-    assert all(n <= 12 for n in sizes) and sum(sizes) == 57, sizes
-    assert [r.rows for _, r in done[3:]] == sizes[3:]
+    assert all(0 < n <= 12 for n in sizes), sizes
+    frontier = dict.fromkeys(range(3), 0)
+    for plan, _ in done:
+        for entry in plan.inputs:
+            assert entry["from"] == frontier[entry["partition"]], (plan.key, entry)
+            frontier[entry["partition"]] = entry["until"]
+    # 49 plain records, 3 committed in a transaction, 3 aborted, 6 markers.
+    assert sum(frontier.values()) == sum(sizes) == 49 + 3 + 3 + 6
     assert len({plan.key for plan, _ in done}) == len(done)
     assert _commits(table) == len(done)
-    check_exactly_once(table, kafka_records(kafka_broker, topic))
+    expected = kafka_records(kafka_broker, topic)
+    assert len(expected) == 52 and not any(r[3].startswith("tx-aborted") for r in expected if r[3])
+    check_exactly_once(table, expected)

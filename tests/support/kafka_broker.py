@@ -370,10 +370,15 @@ class KafkaBroker:
 
 
 def _cluster_id() -> str:
-    """A cluster id as ``kafka-storage random-uuid`` prints it: 16 random bytes, base64url."""
+    """A cluster id as ``kafka-storage random-uuid`` prints it: 16 random bytes, base64url,
+    never starting with ``-`` (Kafka's ``Uuid.randomUuid`` draws again then too: the storage
+    tool's argument parser takes ``-t -abc...`` for an option, and the broker never starts)."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 _LOG4J2 = """Configuration:
