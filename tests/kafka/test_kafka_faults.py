@@ -207,7 +207,10 @@ def test_a_child_killed_while_spark_reads_or_stages_then_the_retry_commits_once(
     killed_dir = os.path.join(table, attempt_dir(plan.key, 0, spec.attempt_id))
     if moment == "reading":
         kafka_broker.set_consumer_quota(client, 100_000)
-    child = _child(spec, tmp_path, log_consumer=moment == "reading")
+    # A guard, not the trigger: a staging child that outruns the poll waits with its files
+    # staged and uncommitted, so the kill never lands after a commit.
+    guard = "after_stage=sleep:120" if moment == "staging" else ""
+    child = _child(spec, tmp_path, guard, log_consumer=moment == "reading")
     lines: list[str] = []
     opened = threading.Event()
 
