@@ -324,6 +324,42 @@ class KafkaBroker:
             raise RuntimeError(f"produce to {topic}: {len(errors)} errors ({errors[:3]}), {left} unacked")
         return acks
 
+    def set_consumer_quota(self, client_id: str, bytes_per_second: int | None) -> None:
+        """Throttle the fetches of consumers whose ``client.id`` is ``client_id`` to
+        ``bytes_per_second`` (``None``: lift it), with Kafka's own ``kafka-configs`` tool: the
+        tests' way to keep a Spark read in flight for seconds (librdkafka's admin client has
+        no client-quota call)."""
+        change = (
+            ["--delete-config", "consumer_byte_rate"]
+            if bytes_per_second is None
+            else ["--add-config", f"consumer_byte_rate={bytes_per_second}"]
+        )
+        out = subprocess.run(
+            [
+                str(shutil.which("java")),
+                "-Xmx128m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-cp",
+                os.path.join(broker_jars(), "*"),
+                "kafka.admin.ConfigCommand",
+                "--bootstrap-server",
+                self.bootstrap,
+                "--alter",
+                *change,
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                client_id,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"kafka-configs could not set the quota of {client_id}: {out.stderr[-2000:]}")
+
     def transactional_producer(self, transactional_id: str) -> Any:
         """A transactional producer, its transactions initialised."""
         from confluent_kafka import Producer
@@ -334,10 +370,15 @@ class KafkaBroker:
 
 
 def _cluster_id() -> str:
-    """A cluster id as ``kafka-storage random-uuid`` prints it: 16 random bytes, base64url."""
+    """A cluster id as ``kafka-storage random-uuid`` prints it: 16 random bytes, base64url,
+    never starting with ``-`` (Kafka's ``Uuid.randomUuid`` draws again then too: the storage
+    tool's argument parser takes ``-t -abc...`` for an option, and the broker never starts)."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 _LOG4J2 = """Configuration:
