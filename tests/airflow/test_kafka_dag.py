@@ -142,3 +142,45 @@ def test_a_sasl_connection_loads_and_its_password_is_written_nowhere(
                     assert password.encode() not in fh.read(), os.path.join(dirpath, name)
                 seen += 1
     assert os.path.isdir(os.path.join(table, "_eod")) and seen > 3, "the plan log and commits were read"
+
+
+def test_deleted_records_end_the_task_and_one_run_s_conf_accepts_the_loss_without_a_dag_change(
+    airflow_db: str, spark: Any, kafka_broker: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention took records no batch loaded: the run fails at once (no retry can bring them
+    back) naming the conf that accepts the loss; a run triggered with that conf loads the rest
+    and records the skipped offsets; the next run is strict again."""
+    from airflow_eod.core.planlog.store import PlanLog
+    from airflow_eod.core.table_ref import TableRef
+
+    topic, table = topic_name("loss"), str(tmp_path / "events")
+    kafka_broker.create_topic(topic, 2)
+    kafka_broker.produce(topic, records(8, 2))
+    conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}
+    module = _dag(monkeypatch, "eod_test_kafka_loss", conn, topic, table, cap=1000)
+    first = _run(module, datetime(2026, 11, 22, 1, tzinfo=UTC), "", monkeypatch)
+    assert str(first.state) == "success"
+    kafka_broker.produce(topic, records(8, 2, start=8))  # offsets 4..7 of each partition
+    kafka_broker.delete_records(topic, {0: 6})  # 4 and 5 of partition 0: never loaded
+    refused = _run(module, datetime(2026, 11, 22, 2, tzinfo=UTC), "", monkeypatch)
+    assert str(refused.state) == "failed"
+    assert task_tries(refused.run_id, LOAD) == ["failed"], "an error no retry can fix ends the task"
+
+    pipeline = "eod_kafka_example.load_events"
+    conf = {"eod_pipeline": pipeline, "eod_data_loss": "skip"}
+    accepted = module.dag.test(logical_date=datetime(2026, 11, 22, 3, tzinfo=UTC), run_conf=conf)
+    assert str(accepted.state) == "success"
+    result = xcom_value(accepted.run_id, LOAD)
+    assert [(b["outcome"], b["rows"]) for b in result["batches"]] == [("committed", 6)], result
+    plan = PlanLog(TableRef.parse(table), pipeline).get_plan(result["batch_key"])
+    assert plan is not None
+    assert [i.get("skipped") for i in plan.inputs] == [[4, 6], None]
+    kept = [r for r in kafka_records(kafka_broker, topic)]
+    first_batch = [(topic, p, o, f"r-{o * 2 + p}") for p in (0, 1) for o in range(4)]
+    check_exactly_once(table, first_batch + [r for r in kept if r[2] >= 4])
+
+    # Strict again: records deleted below the frontier of a later run are refused once more.
+    kafka_broker.produce(topic, records(4, 2, start=16))
+    kafka_broker.delete_records(topic, {1: 10})
+    again = _run(module, datetime(2026, 11, 22, 4, tzinfo=UTC), "", monkeypatch)
+    assert str(again.state) == "failed"

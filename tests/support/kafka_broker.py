@@ -246,8 +246,10 @@ class KafkaBroker:
 
     # -- what the tests do to the broker ------------------------------------------------
     def config(self, **extra: Any) -> dict[str, Any]:
-        """A librdkafka client configuration for the PLAINTEXT listener."""
-        return {"bootstrap.servers": self.bootstrap, **extra}
+        """A librdkafka client configuration for the PLAINTEXT listener. The tests' own clients
+        log only critical errors: a producer a test keeps reconnects noisily to the stopped
+        broker at the session's end, and those lines would bury the test report."""
+        return {"bootstrap.servers": self.bootstrap, "log_level": 2, **extra}
 
     def admin(self) -> Any:
         """The broker's admin client (one, kept: a collected client cancels its futures)."""
