@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_eod.core.ask import ask
-from airflow_eod.core.errors import ConfigurationError, MalformedInputError
+from airflow_eod.core.errors import MalformedInputError
 from airflow_eod.core.faults import InjectedFault
 from airflow_eod.core.table_ref import TableRef
 from airflow_eod.sources.kafka_topics import KafkaSource, RecordsDeletedError, TopicRecreatedError
@@ -290,8 +290,12 @@ def test_a_topic_deleted_after_planning_is_refused_naming_it(
     plan = plan_kafka(source, table, ctx_for(spark))
     assert plan is not None
     kafka_broker.delete_topic(topic)
-    with pytest.raises(ConfigurationError, match=re.escape(f"Kafka topic {topic!r} does not exist")):
+    # Its records are gone: refused naming the topic and the way out (a re-freeze).
+    with pytest.raises(
+        RecordsDeletedError, match=re.escape(f"Kafka topics [{topic!r}] of this frozen batch")
+    ) as e:
         run_load(spark, kafka_spec(source, table, plan))
+    assert "re-freeze it" in str(e.value) and plan.key.label in str(e.value)
     assert not _committed(table, plan)
 
 
