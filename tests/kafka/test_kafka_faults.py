@@ -94,12 +94,13 @@ def _first_plan(
 
 # Where the process dies, and how: a kill in a child driver where the dead attempt leaves
 # something behind (staged files; a commit without its durable record), an exception in
-# this process where it leaves nothing a kill would not (before anything is read; after
-# the commit and its record), which spares a JVM start-up each.
+# this process elsewhere (before anything is read; staged files kept, as after_stage's kill
+# and the mid-stage kill below show a dead process leaves them; after the commit and its
+# record), which spares a JVM start-up each.
 BOUNDARIES = [
     ("before_write", "raise"),
     ("after_stage", "kill"),
-    ("before_commit", "kill"),
+    ("before_commit", "raise"),
     ("before_record", "kill"),
     ("after_commit", "raise"),
 ]
