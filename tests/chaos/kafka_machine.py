@@ -212,6 +212,8 @@ class KafkaChaosMachine(ChaosMachine):
                 + [f"broker: {b}" for b in broker]
                 + self.problems
             )
+            if problems:
+                REPORT.samples.setdefault("kafka_problem", problems[0])  # in the run's summary too
             assert not problems, "chaos kafka trial broke the guarantee:\n" + "\n".join(problems[:40])
         finally:
             if hasattr(self, "kworld"):
