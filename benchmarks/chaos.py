@@ -5,7 +5,7 @@ PostgreSQL, each checked row by row (docs/testing.md).
                                [--kill-percent 20] [--max-kills 6] [--shrink] [--no-postgres]
                                [--delta-spark-writer] [--engine delta-rs|delta-spark|mixed]
                                [--store local|s3] [--landing-store local|s3]
-                               [--pipeline append|merge]
+                               [--pipeline append|merge|kafka]
 
 Trials run in chunks; chunk ``i`` is generated from seed ``--seed + i``, so a failing chunk is
 replayed exactly with ``--seed S --trials N`` (``--shrink`` lets Hypothesis cut the failing
@@ -34,6 +34,15 @@ and an interval pipeline into one table, under the same faults, each trial check
 source's newest row per key over the batches the table says are committed
 (tests/chaos/merge_oracle.py). It needs no PostgreSQL and takes neither ``--engine`` other than
 ``delta-rs`` nor ``--delta-spark-writer`` (the delta-spark engine refuses merge loads).
+``--pipeline kafka`` runs the Kafka pipeline (tests/chaos/kafka_machine.py) against one Kafka
+broker started for the run (tests/support/kafka_broker.py, KRaft, from Maven jars), a fresh
+topic per trial: records produced to several partitions, idempotently and in transactions that
+commit or abort (one left open while a load runs), partitions added mid-history, batches
+sometimes capped (``max_records_per_batch``), loaded under the same faults; each trial's table
+checked row by row against every committed record (checked first against what the broker
+holds, read_committed). It needs Spark's Kafka connector jars (``python -m
+airflow_eod.spark.kafka_jars``, or EOD_KAFKA_JARS), no PostgreSQL, ``--engine delta-rs``,
+``--store local`` and no ``--delta-spark-writer``.
 
 What a table on an object store refuses is left out of the histories: the delta-spark engine
 and Delta Spark as the other writer (refused here), the quarantine and with it the malformed
@@ -83,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         "--landing-store", choices=STORES, default="local", help="where the landing files live"
     )
     parser.add_argument(
-        "--pipeline", choices=PIPELINES, default="append", help="the append pipelines, or the merge pipeline"
+        "--pipeline",
+        choices=PIPELINES,
+        default="append",
+        help="the append pipelines, the merge or the Kafka one",
     )
     parser.add_argument("--timings", action="store_true", help="where the time went (tests/chaos/timing.py)")
     args = parser.parse_args(argv)
@@ -91,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--delta-spark-writer and --engine need {DELTA_SPARK_JARS_ENV} (the Delta Spark jars)")
     if args.pipeline == "merge" and (args.delta_spark_writer or args.engine != "delta-rs"):
         parser.error("--pipeline merge takes --engine delta-rs and no --delta-spark-writer (delta-rs merges)")
+    if args.pipeline == "kafka":
+        why = _kafka_missing(args)
+        if why:
+            parser.error(why)
     if args.landing_store == "s3" and args.store != "s3":
         parser.error("--landing-store s3 needs --store s3 (one S3 server for tables and landing files)")
     if args.store == "s3":
@@ -134,6 +150,15 @@ def _s3_missing(args: argparse.Namespace) -> str | None:
     return find_s3a_jars()
 
 
+def _kafka_missing(args: argparse.Namespace) -> str | None:
+    """Why ``--pipeline kafka`` cannot run with these arguments here, or ``None``."""
+    from tests.support.spark_conf import find_kafka_jars
+
+    if args.delta_spark_writer or args.engine != "delta-rs" or args.store != "local":
+        return "--pipeline kafka takes --engine delta-rs, --store local and no --delta-spark-writer"
+    return find_kafka_jars()
+
+
 def _run(args: argparse.Namespace, argv: list[str] | None, spark: Any) -> int:
     server = None
     if not args.no_postgres and args.pipeline == "append" and os.path.exists(POSTGRES_JDBC_JAR):
@@ -141,6 +166,13 @@ def _run(args: argparse.Namespace, argv: list[str] | None, spark: Any) -> int:
 
         server = PostgresServer.start()
     SPARK["postgres"] = server
+    broker = None
+    if args.pipeline == "kafka":
+        from tests.support.kafka_broker import KafkaBroker
+
+        broker = KafkaBroker.start()
+        print(f"chaos: Kafka broker (KRaft) at {broker.bootstrap}, a fresh topic per trial", flush=True)
+    SPARK["kafka"] = broker
     from tests.chaos.children import CHILDREN
 
     built = time.time()
@@ -167,6 +199,8 @@ def _run(args: argparse.Namespace, argv: list[str] | None, spark: Any) -> int:
     finally:
         if server is not None:
             server.stop()
+        if broker is not None:
+            broker.stop()
     print(f"chaos: command: python -m benchmarks.chaos {' '.join(argv or sys.argv[1:])}")
     print(f"chaos: pipeline {args.pipeline}")
     jdbc = "on" if server is not None else "off (no PostgreSQL, or --pipeline merge)"

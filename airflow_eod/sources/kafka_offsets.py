@@ -12,7 +12,7 @@ a deleted and re-created topic of the same name does not keep. Spark reads what 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +21,26 @@ from airflow_eod.core.errors import ConfigurationError, EodError
 
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 _TIMEOUT_S = 30.0
+# How long a planning call keeps asking while the brokers answer with a transient error (a
+# partition's leader not known yet, just after partitions were added or a leader moved).
+_RETRY_S = 15.0
+# Broker errors that say "ask again shortly", by librdkafka's name (KafkaError.name()): the
+# admin client marks few of them retriable itself.
+_TRANSIENT = frozenset(
+    {
+        "NOT_LEADER_FOR_PARTITION",
+        "LEADER_NOT_AVAILABLE",
+        "BROKER_NOT_AVAILABLE",
+        "REPLICA_NOT_AVAILABLE",
+        "OFFSET_NOT_AVAILABLE",
+        "REQUEST_TIMED_OUT",
+        "NOT_CONTROLLER",
+        "FENCED_LEADER_EPOCH",
+        "UNKNOWN_LEADER_EPOCH",
+        "_TRANSPORT",
+        "_TIMED_OUT",
+    }
+)
 
 
 class KafkaUnavailableError(EodError):
@@ -54,10 +74,35 @@ def _client() -> Any:
     return admin
 
 
+def transient(exc: BaseException) -> bool:
+    """Whether ``exc`` (a ``KafkaException``) is an error the brokers stop giving shortly."""
+    err = exc.args[0] if exc.args else None
+    if err is None or not hasattr(err, "name"):
+        return False
+    return bool(getattr(err, "retriable", lambda: False)()) or err.name() in _TRANSIENT
+
+
+def retrying(call: Callable[[], Any], *, seconds: float | None = None, pause: float = 0.2) -> Any:
+    """``call()``, asked again while it fails with a :func:`transient` error, for at most
+    ``seconds``; then its last error is raised (so is any other error, at once)."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + (_RETRY_S if seconds is None else seconds)
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            if not transient(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 2.0)
+
+
 def describe_topics(
     config: Mapping[str, Any], topics: Sequence[str], *, isolation_level: str, missing_ok: bool = False
 ) -> dict[str, TopicState]:
-    """The id, partitions and offsets of each of ``topics``.
+    """The id, partitions and offsets of each of ``topics``. A transient broker error (a
+    new partition's leader not known yet) is asked again for a few seconds first.
 
     :param config: the librdkafka client configuration (``bootstrap.servers``, security).
     :param topics: the topics.
@@ -69,7 +114,7 @@ def describe_topics(
     :raises KafkaUnavailableError: when the brokers do not answer in time.
     """
     admin = _client()
-    from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
+    from confluent_kafka import KafkaError, KafkaException
 
     errors: list[Any] = []
     # librdkafka reports a refused login or an unreachable broker only to error_cb; the
@@ -99,49 +144,64 @@ def describe_topics(
                     ) from None
 
     try:
-        described = client.describe_topics(TopicCollection(list(topics)), request_timeout=_TIMEOUT_S)
-        found: dict[str, Any] = {}
-        for name, future in described.items():
-            try:
-                found[name] = result(future)
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                if getattr(err, "name", lambda: "")() == "UNKNOWN_TOPIC_OR_PART":
-                    if missing_ok:
-                        continue
-                    raise ConfigurationError(
-                        f"Kafka topic {name!r} does not exist on {config.get('bootstrap.servers')}"
-                    ) from None
-                raise
-        parts = [TopicPartition(name, p.id) for name, d in found.items() for p in d.partitions]
-        level = (
-            IsolationLevel.READ_COMMITTED
-            if isolation_level == "read_committed"
-            else IsolationLevel.READ_UNCOMMITTED
-        )
-        earliest = client.list_offsets(
-            {tp: admin.OffsetSpec.earliest() for tp in parts},
-            isolation_level=level,
-            request_timeout=_TIMEOUT_S,
-        )
-        latest = client.list_offsets(
-            {tp: admin.OffsetSpec.latest() for tp in parts},
-            isolation_level=level,
-            request_timeout=_TIMEOUT_S,
-        )
-        states: dict[str, TopicState] = {
-            name: TopicState(name, str(d.topic_id), {}, {}) for name, d in found.items()
-        }
-        for tp, future in earliest.items():
-            states[tp.topic].starts[tp.partition] = int(result(future).offset)
-        for tp, future in latest.items():
-            states[tp.topic].ends[tp.partition] = int(result(future).offset)
-        return states
+        return retrying(lambda: _describe(admin, client, result, config, topics, isolation_level, missing_ok))
     except KafkaException as exc:
         seen = "; ".join(dict.fromkeys(e.str() for e in errors[-3:]))
         raise KafkaUnavailableError(
             f"Kafka on {brokers} did not answer for topics {list(topics)}: {exc}{'; ' + seen if seen else ''}"
         ) from exc
+
+
+def _describe(
+    admin: Any,
+    client: Any,
+    result: Callable[[Any], Any],
+    config: Mapping[str, Any],
+    topics: Sequence[str],
+    isolation_level: str,
+    missing_ok: bool,
+) -> dict[str, TopicState]:
+    """One try of :func:`describe_topics` (``result`` waits for one of the client's answers)."""
+    from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
+
+    described = client.describe_topics(TopicCollection(list(topics)), request_timeout=_TIMEOUT_S)
+    found: dict[str, Any] = {}
+    for name, future in described.items():
+        try:
+            found[name] = result(future)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if getattr(err, "name", lambda: "")() == "UNKNOWN_TOPIC_OR_PART":
+                if missing_ok:
+                    continue
+                raise ConfigurationError(
+                    f"Kafka topic {name!r} does not exist on {config.get('bootstrap.servers')}"
+                ) from None
+            raise
+    parts = [TopicPartition(name, p.id) for name, d in found.items() for p in d.partitions]
+    level = (
+        IsolationLevel.READ_COMMITTED
+        if isolation_level == "read_committed"
+        else IsolationLevel.READ_UNCOMMITTED
+    )
+    earliest = client.list_offsets(
+        {tp: admin.OffsetSpec.earliest() for tp in parts},
+        isolation_level=level,
+        request_timeout=_TIMEOUT_S,
+    )
+    latest = client.list_offsets(
+        {tp: admin.OffsetSpec.latest() for tp in parts},
+        isolation_level=level,
+        request_timeout=_TIMEOUT_S,
+    )
+    states: dict[str, TopicState] = {
+        name: TopicState(name, str(d.topic_id), {}, {}) for name, d in found.items()
+    }
+    for tp, future in earliest.items():
+        states[tp.topic].starts[tp.partition] = int(result(future).offset)
+    for tp, future in latest.items():
+        states[tp.topic].ends[tp.partition] = int(result(future).offset)
+    return states
 
 
 def split_cap(backlog: Mapping[tuple[str, int], int], cap: int | None) -> dict[tuple[str, int], int]:

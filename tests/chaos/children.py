@@ -110,6 +110,7 @@ class Child:
 
     proc: subprocess.Popen[str]
     log_path: str
+    ended: str = ""  # the last line of its log, when its try ended with an error
 
     def wait_ready(self, timeout: float = 600) -> None:
         assert self.proc.stdout is not None
@@ -139,6 +140,9 @@ class Child:
                 outcome = json.loads(line[len(RESULT) :])["outcome"]
             elif line.strip() == LATE_JVM:
                 REPORT.count("events", "lean_child_started_its_jvm")
+        if self.proc.returncode not in (0, -9):
+            # Why the try ended on its own (its traceback's last line): the sample says it.
+            self.ended = self.log_tail(1)
         try:
             os.unlink(self.log_path)
         except OSError:

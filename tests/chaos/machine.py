@@ -897,7 +897,8 @@ class ChaosMachine(RuleBasedStateMachine):
         if run.pipe.name == "jdbci" and run.interval is not None:
             self.jdbci_frozen.append(run.interval)
         run.tried = True
-        code, outcome = CHILDREN.take().run(args, spec)
+        child = CHILDREN.take()
+        code, outcome = child.run(args, spec)
         REPORT.attempts += 1
         if code == -9:
             REPORT.count("kills", phase)
@@ -909,7 +910,7 @@ class ChaosMachine(RuleBasedStateMachine):
             run.done = True
         else:
             run.errors.append(f"child try ended {code}")
-            REPORT.samples.setdefault(f"child try ended {code}", f"{run.token}: {spec}")
+            REPORT.samples.setdefault(f"child try ended {code}", f"{run.token}: {spec}: {child.ended}")
 
     def new_input_for(self, run: Run, r: random.Random) -> None:
         """New input for ``run``'s pipeline, so that its try has something to load."""

@@ -263,3 +263,24 @@ def test_the_checker_reads_a_table_on_s3_with_both_readers(
     assert verdict.clean and verdict.rows == 11, verdict
     broken = check_tables(w, twice, None)
     assert broken.duplicates and not broken.wrong, broken
+
+
+def test_a_chunk_whose_trials_counted_a_failure_fails_even_if_hypothesis_raised_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Kafka smoke run (``--pipeline kafka --trials 10 --seed 100``) counted 2 unclear
+    errors and said ``seed 100: 13 trial(s), ok``, naming no failing seed: the chunk's
+    verdict came from Hypothesis alone. The counters decide too now."""
+    from tests.chaos import run
+    from tests.chaos.report import REPORT
+
+    def chunk_that_counts_a_loss(*_: Any, **__: Any) -> None:
+        REPORT.losses += 1
+
+    monkeypatch.setattr(run, "run_chunk", chunk_that_counts_a_loss)
+    REPORT.__init__()  # type: ignore[misc]
+    lines: list[str] = []
+    run._chunks(None, 2, 41, 1, 4, False, lines.append)
+    assert REPORT.failing_seeds == ["41 (replay: --seed 41 --trials 1)", "42 (replay: --seed 42 --trials 1)"]
+    assert any("seed 41 FAILED" in line and "counted 1 failure" in line for line in lines), lines
+    REPORT.__init__()  # type: ignore[misc]

@@ -99,15 +99,24 @@ def kafka_records(broker: Any, topic: str) -> list[tuple[str, int, int, str | No
             if high <= low:
                 continue
             consumer.assign([TopicPartition(topic, p, low)])
+            # Until the consumer's position passes the high watermark: the last offsets may be
+            # a transaction's marker or aborted records, which read_committed never delivers
+            # (waiting for a record there cost a poll's whole timeout per partition).
+            idle, last = 0, -1
             while True:
-                msg = consumer.poll(5)
-                if msg is None:
+                msg = consumer.poll(1)
+                if msg is not None and not msg.error():
+                    value = msg.value()
+                    out.append((topic, p, msg.offset(), None if value is None else value.decode()))
+                position = consumer.position([TopicPartition(topic, p)])[0].offset
+                if position >= high:
                     break
-                if msg.error():
-                    continue
-                value = msg.value()
-                out.append((topic, p, msg.offset(), None if value is None else value.decode()))
-                if msg.offset() >= high - 1:
+                # Two idle polls without a move: an open transaction holds the last stable
+                # offset below the high watermark, and nothing past it is delivered (ten while
+                # the consumer has no position yet: its first fetch may be slow).
+                idle = idle + 1 if msg is None and position == last else 0
+                last = position
+                if idle >= (2 if position >= 0 else 10):
                     break
             consumer.unassign()
     finally:
