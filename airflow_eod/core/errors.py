@@ -129,3 +129,17 @@ class ForeignMarkerError(BatchRefusedError):
 class NullKeyError(BatchRefusedError):
     """Rows of a JDBC source have a NULL key, which no batch ever loads, and the source
     says ``null_keys="fail"``."""
+
+
+class RecordsDeletedError(BatchRefusedError):
+    """Records a Kafka batch must load were deleted from Kafka (retention, ``DeleteRecords``,
+    a deleted topic) before it read them; no retry brings them back."""
+
+
+class TopicRecreatedError(BatchRefusedError):
+    """A topic of a Kafka pipeline was deleted and created again under its name: its offsets
+    restart, and the frozen ranges name records of the old topic."""
+
+
+class KafkaUnavailableError(EodError):
+    """The Kafka brokers did not answer (a transient error: another try may succeed)."""

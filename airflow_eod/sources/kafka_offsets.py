@@ -17,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_eod.core.errors import ConfigurationError, EodError
+from airflow_eod.core.errors import ConfigurationError, KafkaUnavailableError
 
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 _TIMEOUT_S = 30.0
@@ -41,10 +41,6 @@ _TRANSIENT = frozenset(
         "_TIMED_OUT",
     }
 )
-
-
-class KafkaUnavailableError(EodError):
-    """The brokers did not answer (a transient error: another try may succeed)."""
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,25 @@ from typing import Any, ClassVar
 
 from airflow_eod.core.batch import BatchKey
 from airflow_eod.core.ddl_schema import ddl_columns
-from airflow_eod.core.errors import BatchRefusedError, ConfigurationError, InputChangedError
+from airflow_eod.core.errors import (
+    ConfigurationError,
+    InputChangedError,
+    RecordsDeletedError,
+    TopicRecreatedError,
+)
 from airflow_eod.core.options import choice
 from airflow_eod.core.planlog.offsets import OffsetHistory
 from airflow_eod.core.planlog.restatement import refreeze_hint
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.planner import plan_offset_batch
 from airflow_eod.core.source import ReadContext
+from airflow_eod.sources.kafka_changes import (
+    RECREATED_WAY_OUT,
+    missing_topics,
+    records_lost,
+    recreated_topics,
+    refuse_recreated,
+)
 from airflow_eod.sources.kafka_config import check_client_config, planning_config, spark_reader_options
 from airflow_eod.sources.kafka_offsets import ISOLATION_LEVELS, TopicState, describe_topics, split_cap
 
@@ -48,24 +60,6 @@ log = logging.getLogger(__name__)
 VALUE_FORMATS = ("string", "binary", "json")
 DATA_LOSS_POLICIES = ("fail", "skip")
 TOPIC_CHANGE_POLICIES = ("fail", "accept")
-Ranges = dict[str, dict[str, list[int]]]
-_RECREATED_WAY_OUT = (
-    "To go on, accept on purpose that the old topic's records no batch loaded are gone: trigger "
-    'one run with conf {{"eod_pipeline": "{pipeline}", "eod_topic_changes": "accept"}} (or set '
-    "topic_changes='accept' on the operator): the new topic is loaded from its first record, the "
-    "pipeline's other topics go on from their frontier. Never accept it for a cluster whose "
-    "topics were mirrored with their history (a migration): that history would load again"
-)
-
-
-class RecordsDeletedError(BatchRefusedError):
-    """Records a batch must load were deleted from Kafka (retention, ``DeleteRecords``)
-    before it read them; no retry brings them back."""
-
-
-class TopicRecreatedError(BatchRefusedError):
-    """A topic of the pipeline was deleted and created again under its name: its offsets
-    restart, and the frozen ranges name records of the old topic."""
 
 
 @dataclass(frozen=True)
@@ -168,48 +162,6 @@ class KafkaSource:
         config = planning_config(self.bootstrap_servers, self.client_config, ctx.credentials)
         return describe_topics(config, self.topics, isolation_level=self.isolation_level, missing_ok=True)
 
-    def _refuse_missing(self, states: dict[str, TopicState], label: str) -> list[str]:
-        """The pipeline's topics that do not exist: refused, unless ``topic_changes='accept'``
-        accepts on purpose that a deleted topic's records no batch loaded are gone."""
-        gone = [topic for topic in sorted(self.topics) if topic not in states]
-        if gone and self.topic_changes != "accept":
-            pipeline = label.rpartition("/")[0]
-            raise ConfigurationError(
-                f"batch {label}: Kafka topics {gone} do not exist on {self.bootstrap_servers}; nothing "
-                "was loaded. If they were deleted on purpose, trigger one run with conf "
-                f'{{"eod_pipeline": "{pipeline}", "eod_topic_changes": "accept"}} (or set '
-                "topic_changes='accept'): it loads the pipeline's other topics on from their "
-                "frontier without them (their records no batch loaded are gone; a topic created "
-                "again under the name is loaded from its first record)"
-            )
-        if gone:
-            log.warning(
-                "batch %s: Kafka topics %s do not exist; topic_changes='accept': planning without them",
-                label,
-                gone,
-            )
-        return gone
-
-    @staticmethod
-    def _recreated(frozen: Ranges | dict[str, Any], states: dict[str, TopicState]) -> list[str]:
-        """The topics of ``frozen`` whose id is not the one they have now."""
-        return [
-            topic
-            for topic, entry in frozen.items()
-            if topic in states and entry.get("id") and states[topic].topic_id != entry["id"]
-        ]
-
-    def _refuse_recreated(
-        self, frozen: Ranges | dict[str, Any], states: dict[str, TopicState], label: str, way_out: str
-    ) -> None:
-        for topic in self._recreated(frozen, states):
-            raise TopicRecreatedError(
-                label,
-                f"Kafka topic {topic!r} was deleted and created again (topic id {frozen[topic]['id']} "
-                f"when planned, {states[topic].topic_id} now): its offsets restart, so the pipeline's "
-                f"frontier means nothing in it; nothing was loaded. {way_out}",
-            )
-
     # -- planning ------------------------------------------------------------------------
     def _next_offsets(
         self, ctx: ReadContext, label: Callable[[], str]
@@ -224,11 +176,13 @@ class KafkaSource:
                 else {}
             )
             states = self._states(ctx)
-            gone = self._refuse_missing(states, label())
-            recreated = self._recreated(frontier, states)
+            gone = missing_topics(
+                self.topics, states, label(), topic_changes=self.topic_changes, brokers=self.bootstrap_servers
+            )
+            recreated = recreated_topics(frontier, states)
             if recreated and self.topic_changes != "accept":
-                way_out = _RECREATED_WAY_OUT.format(pipeline=label().rpartition("/")[0])
-                self._refuse_recreated(frontier, states, label(), way_out)
+                way_out = RECREATED_WAY_OUT.format(pipeline=label().rpartition("/")[0])
+                refuse_recreated(frontier, states, label(), way_out)
             if recreated:
                 # Accepted on purpose: the old topic's records this pipeline had not loaded
                 # are gone with it; the new topic is loaded from its first record, the other
@@ -244,7 +198,7 @@ class KafkaSource:
             skipped: list[dict[str, Any]] = []
             for topic in sorted(self.topics):
                 if topic not in states:
-                    continue  # deleted, and accepted (_refuse_missing)
+                    continue  # deleted, and accepted (missing_topics)
                 state = states[topic]
                 known = frontier.get(topic, {}).get("partitions", {})
                 if known and any(int(p) not in state.ends for p in known):
@@ -273,7 +227,7 @@ class KafkaSource:
                         start = state.starts[partition]
                     starts[(topic, partition)] = start
             if skipped:
-                self._lost(skipped, label())
+                records_lost(skipped, label(), data_loss=self.data_loss)
             backlog = {tp: max(0, self._end(states, tp) - start) for tp, start in starts.items()}
             if not any(backlog.values()):
                 return None
@@ -314,28 +268,6 @@ class KafkaSource:
             inputs.append({"topic": topic, "partition": partition, "from": start, "until": until})
         return {"topics": topics, "isolation_level": self.isolation_level}, inputs
 
-    def _lost(self, skipped: list[dict[str, Any]], label: str) -> None:
-        ranges = ", ".join(
-            f"{s['topic']}-{s['partition']} offsets [{s['from']}, {s['until']})" for s in skipped
-        )
-        if self.data_loss == "skip":
-            log.warning(
-                "batch %s: Kafka no longer holds %s (deleted by retention or DeleteRecords before any "
-                "batch read them); data_loss='skip': planning past them, the plan records them",
-                label,
-                ranges,
-            )
-            return
-        raise RecordsDeletedError(
-            label,
-            f"Kafka no longer holds {ranges}: they were deleted (retention, DeleteRecords) before "
-            "this pipeline read them, and no retry brings them back; nothing was loaded. To go on "
-            "without them, accept the loss on purpose: trigger one run with conf "
-            f'{{"eod_pipeline": "{label.rpartition("/")[0]}", "eod_data_loss": "skip"}} (or set '
-            "data_loss='skip' on the operator; the plan records the skipped ranges), and raise the "
-            "topic's retention so that it does not recur",
-        )
-
     def plan(
         self,
         plan_log: PlanLog,
@@ -361,11 +293,11 @@ class KafkaSource:
         decision to load what is left. A restatement needs all of them (or ``data_loss='skip'``)."""
         states = self._states(ctx)
         frozen: dict[str, Any] = plan.boundary["topics"]
-        recreated = self._recreated(frozen, states)
+        recreated = recreated_topics(frozen, states)
         if committed:
             # The table holds the old topic's records: restating them from the new topic
             # would replace them with other records (or none).
-            self._refuse_recreated(
+            refuse_recreated(
                 frozen,
                 states,
                 plan.key.label,
@@ -421,7 +353,7 @@ class KafkaSource:
                 "there is nothing to re-freeze it with"
             )
         if skipped and committed:
-            self._lost(skipped, plan.key.label)
+            records_lost(skipped, plan.key.label, data_loss=self.data_loss)
         elif skipped:
             log.warning("batch %s: re-frozen without %s", plan.key.label, skipped)
         boundary, inputs = self._frozen(states, ranges)
@@ -473,7 +405,7 @@ class KafkaSource:
                 "topics on purpose without them, re-freeze it: "
                 f"{refreeze_hint(plan.pipeline_id, plan.batch_key)}",
             )
-        self._refuse_recreated(
+        refuse_recreated(
             plan.boundary["topics"],
             states,
             plan.key.label,

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from airflow_eod.core.errors import RecordsDeletedError
 from airflow_eod.core.planlog.restatement import refreeze_hint
 from airflow_eod.core.planlog.store import Plan
 from airflow_eod.core.source import ReadContext
-from airflow_eod.sources.kafka_topics import KafkaSource, RecordsDeletedError
+from airflow_eod.sources.kafka_topics import KafkaSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

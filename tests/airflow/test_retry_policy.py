@@ -33,6 +33,8 @@ ENDS_AT_ONCE = {
     "OverlappingIntervalError",
     "NullKeyError",
     "ForeignMarkerError",
+    "RecordsDeletedError",
+    "TopicRecreatedError",
 }
 
 

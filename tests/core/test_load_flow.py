@@ -304,7 +304,7 @@ def test_one_registry_pairs_each_kind_of_source_with_its_reader() -> None:
     from airflow_eod.spark.readers import REGISTRY, read_batch
 
     assert {kind: k.source for kind, k in REGISTRY.items()} == SOURCE_KINDS
-    assert sorted(REGISTRY) == ["jdbc_incremental", "landing_files"]
+    assert sorted(REGISTRY) == ["jdbc_incremental", "kafka", "landing_files"]
     for kind, k in REGISTRY.items():
         assert k.source.kind == kind
     source = LandingFilesSource(path="/landing")
