@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -150,11 +151,21 @@ def _fetch_one(jar: Jar, cache: str, path: str, mvn: str | None) -> None:
         os.replace(got, path)
 
 
-def main(argv: list[str] | None = None) -> int:
+def jars_cli(
+    argv: list[str] | None, *, prog: str, what: str, jars_for: Callable[[str | None], list[Jar]]
+) -> int:
+    """The command line of a module that prints a set of jars for a Spark release (fetching
+    what the cache lacks), or their Maven coordinates.
+
+    :param argv: the arguments (default: the process's).
+    :param prog: the command, for its help.
+    :param what: the jars' name, for the help and the error.
+    :param jars_for: the jars for a Spark release (``None``: the installed pyspark).
+    """
     parser = argparse.ArgumentParser(
-        prog="python -m airflow_eod.spark.jars",
-        description="Print the Delta Spark jars for the installed (or a given) Spark, fetching "
-        "what the cache lacks with Maven.",
+        prog=prog,
+        description=f"Print {what} for the installed (or a given) Spark, fetching what the "
+        "cache lacks with Maven.",
     )
     parser.add_argument("--spark-version", help="a Spark release, e.g. 3.5.6 (default: installed pyspark)")
     parser.add_argument("--cache", default=DEFAULT_CACHE, help=f"the cache folder (default {DEFAULT_CACHE})")
@@ -163,15 +174,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        jars = delta_spark_jars(args.spark_version)
+        jars = jars_for(args.spark_version)
         if args.coordinates:
             print(",".join(j.coordinate for j in jars))
         else:
             print(",".join(fetch(jars, args.cache)))
     except (JarFetchError, OSError, subprocess.SubprocessError) as exc:
-        print(f"airflow-eod: the Delta Spark jars are not available: {exc}", file=sys.stderr)
+        print(f"airflow-eod: {what} are not available: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return jars_cli(
+        argv, prog="python -m airflow_eod.spark.jars", what="the Delta Spark jars", jars_for=delta_spark_jars
+    )
 
 
 if __name__ == "__main__":

@@ -13,11 +13,9 @@ what the cache lacks).
 
 from __future__ import annotations
 
-import argparse
-import subprocess
 import sys
 
-from airflow_eod.spark.jars import DEFAULT_CACHE, Jar, JarFetchError, cached, fetch, spark_minor
+from airflow_eod.spark.jars import DEFAULT_CACHE, Jar, JarFetchError, cached, jars_cli, spark_minor
 
 SPARK = "org.apache.spark"
 # Per Spark minor release: the kafka-clients and commons-pool2 releases its connector's pom
@@ -62,27 +60,12 @@ def cached_kafka_jars(cache: str = DEFAULT_CACHE) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    return jars_cli(
+        argv,
         prog="python -m airflow_eod.spark.kafka_jars",
-        description="Print Spark's Kafka connector jars for the installed (or a given) Spark, "
-        "fetching what the cache lacks with Maven.",
+        what="Spark's Kafka connector jars",
+        jars_for=kafka_connector_jars,
     )
-    parser.add_argument("--spark-version", help="a Spark release, e.g. 4.2.0 (default: installed pyspark)")
-    parser.add_argument("--cache", default=DEFAULT_CACHE, help=f"the cache folder (default {DEFAULT_CACHE})")
-    parser.add_argument(
-        "--coordinates", action="store_true", help="print the Maven coordinates only; fetch nothing"
-    )
-    args = parser.parse_args(argv)
-    try:
-        jars = kafka_connector_jars(args.spark_version)
-        if args.coordinates:
-            print(",".join(j.coordinate for j in jars))
-        else:
-            print(",".join(fetch(jars, args.cache)))
-    except (JarFetchError, OSError, subprocess.SubprocessError) as exc:
-        print(f"airflow-eod: Spark's Kafka connector jars are not available: {exc}", file=sys.stderr)
-        return 2
-    return 0
 
 
 if __name__ == "__main__":
