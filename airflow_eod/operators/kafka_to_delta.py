@@ -21,13 +21,14 @@ from airflow_eod.run_context import pipeline_id_for
 from airflow_eod.sources.kafka_offsets import ISOLATION_LEVELS
 from airflow_eod.sources.kafka_topics import (
     DATA_LOSS_POLICIES,
+    METADATA_COLUMNS,
     TOPIC_CHANGE_POLICIES,
     VALUE_FORMATS,
     KafkaSource,
 )
 
 # The columns a string or binary load writes (a JSON load: key, the value's fields, and these).
-_FIXED_COLUMNS = ["key", "value", "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp"]
+_FIXED_COLUMNS = ["key", "value", *METADATA_COLUMNS]
 
 
 class KafkaToDeltaOperator(BaseDeltaLoadOperator):

@@ -58,6 +58,18 @@ from airflow_eod.sources.kafka_offsets import ISOLATION_LEVELS, TopicState, desc
 log = logging.getLogger(__name__)
 
 VALUE_FORMATS = ("string", "binary", "json")
+# Where each record came from, as columns of the table (beside ``key`` and the value).
+METADATA_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp")
+
+
+def clashing_fields(fields: list[str]) -> list[str]:
+    """The JSON value fields named like a column the source writes itself (compared without
+    case: Spark's names are case-insensitive) or with airflow-eod's reserved prefix ``_eod_``:
+    each would be a duplicate column at the write, or stand in for one of ours."""
+    ours = {"key", *METADATA_COLUMNS}
+    return [f for f in fields if f.lower() in ours or f.lower().startswith("_eod_")]
+
+
 DATA_LOSS_POLICIES = ("fail", "skip")
 TOPIC_CHANGE_POLICIES = ("fail", "accept")
 
@@ -124,17 +136,12 @@ class KafkaSource:
         if self.value_format == "json":
             # The value's fields sit beside the key and the record's origin: a field of the same
             # name (Spark's names are case-insensitive) would be a duplicate column at write time.
-            taken = ("key", "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp")
-            clash = [
-                c
-                for c in ddl_columns("schema", str(self.schema))
-                if c.lower() in taken or c.lower().startswith("_eod_")
-            ]
+            clash = clashing_fields(ddl_columns("schema", str(self.schema)))
             if clash:
                 raise ConfigurationError(
                     f"schema fields {clash} have the names of columns the Kafka source writes "
-                    f"itself {list(taken)} (or airflow-eod's reserved prefix _eod_): rename them "
-                    "in the schema"
+                    f"itself {['key', *METADATA_COLUMNS]} (or airflow-eod's reserved prefix _eod_): "
+                    "rename them in the schema"
                 )
         if self.max_records_per_batch is not None and self.max_records_per_batch < 1:
             raise ConfigurationError("max_records_per_batch must be at least 1")

@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_eod.core.errors import ConfigurationError
 from airflow_eod.core.source import ReadContext
+from airflow_eod.sources.kafka_topics import METADATA_COLUMNS, KafkaSource, clashing_fields
 from airflow_eod.spark.bad_records import CORRUPT_COLUMN, SOURCE_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-
-    from airflow_eod.sources.kafka_topics import KafkaSource
 
 _PARSED = "_eod_value"
 
@@ -39,20 +38,20 @@ def parse_json_values(
     df: DataFrame, source: KafkaSource, key: Column, meta: list[Column], ctx: ReadContext
 ) -> DataFrame:
     """``df`` (Spark's Kafka rows) as the key, the value's fields, the corrupt-record column
-    (unless read FAILFAST) and the metadata columns ``meta``."""
+    (unless read FAILFAST) and the metadata columns ``meta`` (named as
+    :data:`~airflow_eod.sources.kafka_topics.METADATA_COLUMNS`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
     assert source.schema is not None  # checked by KafkaSource
     schema = value_schema(source.schema)
-    # Spark resolves column names case-insensitively, and airflow-eod's own columns start
-    # with _eod_: a field named like either would clash at the write, or stand in for them.
-    added = {"key", "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp"}
-    clash = [f.name for f in schema.fields if f.name.lower() in added or f.name.lower().startswith("_eod_")]
+    # Checked when the source is made too; again here for a source made another way.
+    clash = clashing_fields([f.name for f in schema.fields])
     if clash:
         raise ConfigurationError(
             f"the value schema's fields {sorted(clash)} clash with the columns the Kafka source adds "
-            f"({sorted(added)}, compared without case) or with airflow-eod's reserved prefix '_eod_'"
+            f"({sorted(['key', *METADATA_COLUMNS])}, compared without case) or with airflow-eod's "
+            "reserved prefix '_eod_'"
         )
     text = F.col("value").cast("string")
     # The partition a record came from stands where a landing file's name stands.
@@ -62,7 +61,7 @@ def parse_json_values(
         return df.select(key, parsed.alias(_PARSED), *meta).select(
             "key",
             *[F.col(f"{_PARSED}.{f.name}").alias(f.name) for f in schema.fields],
-            *[m for m in _names(meta)],
+            *METADATA_COLUMNS,
         )
     with_corrupt = StructType([*schema.fields, StructField(CORRUPT_COLUMN, StringType())])
     parsed = F.from_json(
@@ -71,11 +70,7 @@ def parse_json_values(
     return df.select(key, parsed.alias(_PARSED), *meta, where.alias(SOURCE_COLUMN)).select(
         "key",
         *[F.col(f"{_PARSED}.{f.name}").alias(f.name) for f in schema.fields],
-        *_names(meta),
+        *METADATA_COLUMNS,
         F.col(f"{_PARSED}.{CORRUPT_COLUMN}").alias(CORRUPT_COLUMN),
         SOURCE_COLUMN,
     )
-
-
-def _names(meta: list[Column]) -> list[str]:
-    return ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp"][: len(meta)]

@@ -25,13 +25,11 @@ from airflow_eod.core.errors import RecordsDeletedError
 from airflow_eod.core.planlog.restatement import refreeze_hint
 from airflow_eod.core.planlog.store import Plan
 from airflow_eod.core.source import ReadContext
-from airflow_eod.sources.kafka_topics import KafkaSource
+from airflow_eod.sources.kafka_topics import METADATA_COLUMNS, KafkaSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-# Where each record came from, as columns of the table.
-METADATA_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp")
 # Spark's words for a frozen record Kafka no longer holds (KafkaIllegalStateException).
 _DATA_LOSS = ("Some data may have been lost", "Cannot fetch offset", "Could not read records in offset")
 
@@ -46,12 +44,7 @@ def _records(source: KafkaSource, plan: Plan, ctx: ReadContext) -> DataFrame:
 def _shaped(source: KafkaSource, df: DataFrame, ctx: ReadContext) -> DataFrame:
     from pyspark.sql import functions as F
 
-    meta = [
-        F.col("topic").alias("kafka_topic"),
-        F.col("partition").alias("kafka_partition"),
-        F.col("offset").alias("kafka_offset"),
-        F.col("timestamp").alias("kafka_timestamp"),
-    ]
+    meta = [F.col(name.removeprefix("kafka_")).alias(name) for name in METADATA_COLUMNS]
     if source.value_format == "binary":
         return df.select(F.col("key"), F.col("value"), *meta)
     key = F.col("key").cast("string").alias("key")

@@ -38,7 +38,7 @@ from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED, NO_NEW_DATA
 from airflow_eod.core.table_ref import TableRef
 from airflow_eod.examples.sample_data import write_order_files
 from tests.conftest import REPO
-from tests.support.helpers import check, load_dag_file, task_tries, xcom_value
+from tests.support.helpers import check, load_dag_file, task_tries, txn_commits, xcom_value
 from tests.support.jdbc_helpers import (
     airflow_connection,
     check_against_postgres,
@@ -75,20 +75,6 @@ def _landing_op(landing: str, table: str, pipeline: str, **kw: Any) -> Any:
         schema=ORDERS_DDL,
         **kw,
     )
-
-
-def _txn_commits(table: str) -> list[tuple[str, int]]:
-    """(appId, txn version) of every Delta commit that carries a batch marker."""
-    log_dir = os.path.join(table, "_delta_log")
-    found = []
-    for name in sorted(os.listdir(log_dir)):
-        if name.endswith(".json") and name[:-5].isdigit():
-            with open(os.path.join(log_dir, name)) as fh:
-                for line in fh:
-                    action = json.loads(line) if line.strip() else {}
-                    if "txn" in action:
-                        found.append((action["txn"]["appId"], int(action["txn"]["version"])))
-    return found
 
 
 def _rewrite(directory: str, rows: int, seed: int, first_id: int = 1) -> None:
@@ -301,7 +287,7 @@ def test_catch_up_loads_the_backlog_in_one_task_with_one_session(
     assert (third["batch_count"], third["drained"], third["rows_loaded"]) == (1, True, 3), third
     again = limited.execute(_ctx("run-4"))
     assert (again["outcome"], again["batch_count"], again["batches"]) == (NO_NEW_DATA, 0, []), again
-    assert len(_txn_commits(table)) == 6 == len(set(_txn_commits(table)))
+    assert len(txn_commits(table)) == 6 == len(set(txn_commits(table)))
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 35, cmp.describe()
 
@@ -379,7 +365,7 @@ def test_a_catch_up_run_that_dies_in_batch_2_resumes_on_retry(
     assert [o for _, o in outcomes] == [ALREADY_COMMITTED, second, COMMITTED, COMMITTED], outcomes
     assert outcomes[1][0] == frozen_2.batch_key, "the retry loaded the batch try 1 froze"
     assert [log.get_offset_plan(i).batch_key for i in range(4)] == [k for k, _ in outcomes]
-    commits = _txn_commits(table)
+    commits = txn_commits(table)
     assert len(commits) == 4 == len({app for app, _ in commits}), commits
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 35, cmp.describe()
@@ -411,7 +397,7 @@ def test_two_catch_up_runs_at_once_commit_each_batch_once(
         t.join(timeout=600)
     monkeypatch.delenv("EOD_FAULTPOINTS")
     assert all(isinstance(r, dict) for r in results.values()), results
-    commits = _txn_commits(table)
+    commits = txn_commits(table)
     assert len(commits) == 4 == len({app for app, _ in commits}), commits
     log = PlanLog(TableRef.parse(table), "cu.race")
     assert log.newest_offset_seq() == 3, "four batches, no batch planned twice"

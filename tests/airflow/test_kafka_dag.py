@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
-from tests.support.helpers import load_dag_file, task_tries, xcom_value
+from tests.support.helpers import load_dag_file, task_tries, txn_commits, xcom_value
 from tests.support.kafka_helpers import check_exactly_once, kafka_records, records, topic_name
 
 pytestmark = [pytest.mark.airflow, pytest.mark.kafka, pytest.mark.spark]
@@ -42,20 +42,6 @@ def _run(module: ModuleType, when: datetime, faults: str, monkeypatch: pytest.Mo
         monkeypatch.delenv("EOD_FAULTPOINTS")
 
 
-def _txn_commits(table: str) -> list[tuple[str, int]]:
-    """(appId, txn version) of every Delta commit that carries a batch marker."""
-    log_dir = os.path.join(table, "_delta_log")
-    found = []
-    for name in sorted(os.listdir(log_dir)):
-        if name.endswith(".json") and name[:-5].isdigit():
-            with open(os.path.join(log_dir, name)) as fh:
-                for line in fh:
-                    action = json.loads(line) if line.strip() else {}
-                    if "txn" in action:
-                        found.append((action["txn"]["appId"], int(action["txn"]["version"])))
-    return found
-
-
 def test_the_kafka_dag_retries_crashes_after_and_before_a_commit_and_drains_the_topic(
     airflow_db: str, spark: Any, kafka_broker: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -74,7 +60,7 @@ def test_the_kafka_dag_retries_crashes_after_and_before_a_commit_and_drains_the_
     assert outcomes == [("already_committed", 12), ("committed", 12), ("committed", 6)], result
     assert (result["rows_loaded"], result["drained"]) == (18, True), result
     assert xcom_value(run.run_id, CONFIRM)["batch_key"] == result["batch_key"]
-    commits = _txn_commits(table)
+    commits = txn_commits(table)
     assert len(commits) == 3 == len(set(commits)), f"each batch committed once: {commits}"
     check_exactly_once(table, kafka_records(kafka_broker, topic))
 
@@ -90,7 +76,7 @@ def test_the_kafka_dag_retries_crashes_after_and_before_a_commit_and_drains_the_
     run3 = _run(module, datetime(2026, 11, 20, 3, tzinfo=UTC), "", monkeypatch)
     assert xcom_value(run3.run_id, LOAD)["outcome"] == "no_new_data"
     assert task_tries(run3.run_id, CONFIRM) == ["skipped"], "no batch to confirm"
-    commits = _txn_commits(table)
+    commits = txn_commits(table)
     assert len(commits) == 4 == len(set(commits)), f"each batch committed once: {commits}"
 
 

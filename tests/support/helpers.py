@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import logging
 import os
 import subprocess
@@ -267,3 +268,17 @@ def task_tries(run_id: str, task_id: str) -> list[str]:
             select(TaskInstance).where(TaskInstance.run_id == run_id, TaskInstance.task_id == task_id)
         ).one()
         return [str(h.state) for h in sorted(hist, key=lambda h: h.try_number)] + [str(ti.state)]
+
+
+def txn_commits(table: str) -> list[tuple[str, int]]:
+    """(appId, txn version) of every Delta commit that carries a batch marker."""
+    log_dir = os.path.join(table, "_delta_log")
+    found = []
+    for name in sorted(os.listdir(log_dir)):
+        if name.endswith(".json") and name[:-5].isdigit():
+            with open(os.path.join(log_dir, name)) as fh:
+                for line in fh:
+                    action = json.loads(line) if line.strip() else {}
+                    if "txn" in action:
+                        found.append((action["txn"]["appId"], int(action["txn"]["version"])))
+    return found
