@@ -57,11 +57,13 @@ def kafka_spec(source: KafkaSource, table: str, plan: Plan, try_number: int = 1,
     )
 
 
-def table_records(table: str) -> list[tuple[str, int, int, str | None]]:
+def table_records(
+    table: str, storage_options: dict[str, str] | None = None
+) -> list[tuple[str, int, int, str | None]]:
     """``(topic, partition, offset, value)`` of every row of the Delta table, as read by delta-rs."""
     from deltalake import DeltaTable
 
-    data = DeltaTable(table).to_pyarrow_table(
+    data = DeltaTable(table, storage_options=storage_options).to_pyarrow_table(
         columns=["kafka_topic", "kafka_partition", "kafka_offset", "value"]
     )
     return list(
@@ -124,9 +126,13 @@ def kafka_records(broker: Any, topic: str) -> list[tuple[str, int, int, str | No
     return out
 
 
-def check_exactly_once(table: str, expected: list[tuple[str, int, int, str | None]]) -> None:
+def check_exactly_once(
+    table: str,
+    expected: list[tuple[str, int, int, str | None]],
+    storage_options: dict[str, str] | None = None,
+) -> None:
     """The table holds each expected record once, and nothing else (row by row)."""
-    got = Counter(table_records(table))
+    got = Counter(table_records(table, storage_options))
     want = Counter(expected)
     dups = {r: n for r, n in got.items() if n > 1}
     missing = want - got
