@@ -165,6 +165,8 @@ class KafkaChaosMachine(ChaosMachine):
         where the runbook says so), then the pipeline runs until it has nothing left."""
         wedged: list[str] = []
         self.kworld.end_transaction(abort=self.rng.random() < 0.5)
+        if self.kworld.wait_markers() > 0:
+            REPORT.count("events", "kafka_waited_for_markers")
         for run in list(self.runs):
             if not run.done and not self._settle(run):
                 wedged.append(f"{run.token} ({run.pipe.pipeline_id}): {run.errors[-1:] or 'no error'}")

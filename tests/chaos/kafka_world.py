@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -152,6 +153,32 @@ class KafkaWorld:
             self._settle(self._open, ABORTED if abort else COMMITTED)
             self.kinds["aborted" if abort else "transactional"] += len(self._open)
             self._open = None
+
+    def wait_markers(self, timeout: float = 30.0) -> float:
+        """Wait until every ended transaction's markers are in the partitions: the broker
+        answers a commit once the coordinator has logged it and writes the markers after, so
+        for a moment the last stable offset still stops before the committed records. A load
+        then rightly freezes less; only the drain, which stops at a load that found nothing,
+        must not begin before the markers land.
+
+        :returns: the seconds waited.
+        :raises AssertionError: when the markers are not in after ``timeout`` seconds.
+        """
+        from airflow_eod.sources.kafka_offsets import describe_topics
+
+        config = self.broker.config()
+        started = time.monotonic()
+        while True:
+            stable = describe_topics(config, [self.topic], isolation_level="read_committed")
+            high = describe_topics(config, [self.topic], isolation_level="read_uncommitted")
+            if stable[self.topic].ends == high[self.topic].ends:
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout:
+                raise AssertionError(
+                    f"chaos.kafka: {self.topic}: last stable offsets {stable[self.topic].ends} still "
+                    f"behind the high watermarks {high[self.topic].ends} after {timeout:.0f}s"
+                )
+            time.sleep(0.05)
 
     @property
     def in_transaction(self) -> bool:
