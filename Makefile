@@ -62,8 +62,8 @@ jars-cloud: $(STAMP) ## fetch the abfss:// and gs:// connectors for pyspark's Ha
 # `unit` test (tests/support/tiers.py marks it). test-unit points JAVA_HOME nowhere, so that a
 # test that starts Spark without saying so fails there instead of passing slowly.
 NO_JVM := JAVA_HOME=/no-jvm-in-the-unit-tier
-SPARK_TIER := (spark or jdbc or delta_spark) and not airflow and not cluster and not scheduler and not bench and not dist
-AIRFLOW_TIER := airflow and not cluster and not scheduler
+SPARK_TIER := (spark or jdbc or delta_spark) and not airflow and not cluster and not yarn and not scheduler and not bench and not dist
+AIRFLOW_TIER := airflow and not cluster and not yarn and not scheduler
 
 test-unit: check-python $(STAMP) ## the unit tier: the tests that need no JVM and no server (no Java needed)
 	$(NO_JVM) $(BIN)/python -m pytest -m unit $(PYTEST_ARGS)

@@ -143,6 +143,17 @@ def kafka_broker() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def mini_yarn() -> Iterator[Any]:
+    """HDFS and YARN (Hadoop's mini cluster, one JVM) on 127.0.0.1, started for this test
+    session; skipped without Java, javac or Maven (failed with EOD_REQUIRE_YARN=1)."""
+    from tests.support.mini_yarn import MiniYarn
+
+    cluster = MiniYarn.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
 def s3_server() -> Iterator[Any]:
     """A SeaweedFS S3 server on 127.0.0.1 with a bucket, started for this test session."""
     from tests.support.s3_server import S3Server

@@ -28,6 +28,7 @@ FIXTURE_NEEDS = {
     "azure_server": "objectstore",
     "gcs_server": "objectstore",
     "kafka_broker": "kafka",
+    "mini_yarn": "yarn",
 }
 
 
