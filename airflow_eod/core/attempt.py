@@ -36,6 +36,33 @@ def new_attempt_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
+# A driver that its cluster starts again (YARN's application re-attempts of a cluster-mode
+# driver) runs the same spec: it is another attempt, with an id of its own derived from the
+# spec's, so that it stages beside, not over, what the dead run left, and the task still
+# knows the commit for its own.
+_RERUN_MARK = ".r"
+
+
+def rerun_attempt_id(attempt_id: str, run: int) -> str:
+    """The id of the ``run``-th start of the driver of ``attempt_id`` (itself for the first).
+
+    :param attempt_id: the spec's attempt id.
+    :param run: which start this is (YARN's application attempt number).
+    """
+    return attempt_id if run <= 1 else f"{attempt_id}{_RERUN_MARK}{run}"
+
+
+def same_attempt(committed: str | None, attempt_id: str) -> bool:
+    """Whether ``committed`` (the attempt id of a commit) is ``attempt_id`` or a re-run of it
+    by the cluster (:func:`rerun_attempt_id`)."""
+    if committed is None:
+        return False
+    if committed == attempt_id:
+        return True
+    head, mark, run = committed.rpartition(_RERUN_MARK)
+    return bool(mark) and head == attempt_id and run.isdigit()
+
+
 @contextmanager
 def attempt(try_number: int | None, attempt_id: str | None = None) -> Iterator[None]:
     """Run the body as try ``try_number`` (``None``: no Airflow try, e.g. a script) of the

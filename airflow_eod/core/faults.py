@@ -9,8 +9,10 @@ the cleanup). A point is armed with ``EOD_FAULTPOINTS="after_commit=raise@1,afte
 random moment of whatever runs next: Spark reading or writing), ``sleep:S`` pauses S
 seconds (to open a race window on purpose), ``@N`` limits the point to try number N, and
 ``#K`` fires it only the K-th time this process reaches it (``after_commit=raise@1#2``: the
-second commit of try 1, e.g. batch 2 of a catch-up run). With the variable unset the points
-do nothing.
+second commit of try 1, e.g. batch 2 of a catch-up run), and ``^PATH`` fires it only in the
+process that creates the file ``PATH`` first, once across processes (``before_commit=kill^/tmp/x``:
+YARN's first application attempt dies there, its re-attempt of the same driver goes on). With
+the variable unset the points do nothing.
 
 A worker's environment is not a safe place for a switch that makes production tasks die: a
 variable copied from a test set-up, a template or a shell profile would take a real pipeline
@@ -76,7 +78,7 @@ def enabled() -> bool:
     return os.environ.get(TESTING_SWITCH) == "1"
 
 
-def _armed(point: str) -> list[tuple[str, int | None, int | None, str]]:
+def _armed(point: str) -> list[tuple[str, int | None, int | None, str | None, str]]:
     spec = os.environ.get(ENV_VAR, "")
     if spec != _passes_spec[0]:
         _passes_spec[0] = spec
@@ -91,15 +93,33 @@ def _armed(point: str) -> list[tuple[str, int | None, int | None, str]]:
                 TESTING_SWITCH,
             )
         return []
-    found: list[tuple[str, int | None, int | None, str]] = []
+    found: list[tuple[str, int | None, int | None, str | None, str]] = []
     for item in filter(None, (p.strip() for p in spec.split(","))):
         name, _, action = item.partition("=")
         if name != point:
             continue
+        action, _, once = action.partition("^")
         action, _, nth = action.partition("#")
         action, _, try_no = action.partition("@")
-        found.append((action or "raise", int(try_no) if try_no else None, int(nth) if nth else None, item))
+        found.append(
+            (
+                action or "raise",
+                int(try_no) if try_no else None,
+                int(nth) if nth else None,
+                once or None,
+                item,
+            )
+        )
     return found
+
+
+def _first_to_claim(path: str) -> bool:
+    """Whether this process created ``path`` (and so fires the once-only fault)."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True
 
 
 def fault_point(point: str) -> None:
@@ -108,13 +128,15 @@ def fault_point(point: str) -> None:
     try_number = current_try()
     if point not in POINTS and point not in COMPACTION_POINTS:
         raise ValueError(f"unknown fault point {point!r}")
-    for action, only_try, nth, item in _armed(point):
+    for action, only_try, nth, once, item in _armed(point):
         if only_try is not None and only_try != try_number:
             continue
         if nth is not None:
             _passes[item] = _passes.get(item, 0) + 1
             if _passes[item] != nth:
                 continue
+        if once is not None and not _first_to_claim(once):
+            continue
         if action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if action.startswith("killafter:"):

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from airflow_eod.core.ask import BatchStatus, ask
-from airflow_eod.core.attempt import attempt
+from airflow_eod.core.attempt import attempt, same_attempt
 from airflow_eod.core.delta.table import open_table
 from airflow_eod.core.errors import BatchError, ConfigurationError, InputChangedError
 from airflow_eod.core.faults import fault_point
@@ -244,7 +244,8 @@ def decide_submitted(
         raise BatchError(
             frozen.plan.key.label, f"the submitted load did not commit, and nothing was committed: {first}"
         ) from error
-    ours = status.manifest is not None and status.manifest.attempt_id == attempt_id
+    # The driver's own commit, or that of the cluster's re-run of the same driver (YARN).
+    ours = status.manifest is not None and same_attempt(status.manifest.attempt_id, attempt_id)
     if error is not None:
         log.warning(
             "batch %s: the submitted load failed (%s), but the table holds the batch", frozen.plan.key, error

@@ -10,7 +10,11 @@ Two things submit mode needs are not in the hook's public API:
   driver on the cluster as ``spark.yarn.appMasterEnv.*`` / ``spark.kubernetes.driverEnv.*``
   settings. It is set after the constructor, because only the resolved connection says
   whether the driver runs on the cluster (and a client-mode driver gets them from the
-  process environment instead, off every command line).
+  process environment instead, off every command line);
+- the private ``_yarn_application_id`` the hook reads from spark-submit's output in YARN
+  cluster mode: the task log names it, and :meth:`SparkSubmit.on_kill` kills it when the
+  worker has no ``yarn`` command (the hook's own kill runs ``yarn application -kill``, and a
+  worker with only the pyspark wheel has no Hadoop install: the application would run on).
 
 Why the provider is pinned (``apache-airflow-providers-apache-spark>=6.3,<6.4`` in
 pyproject.toml): a provider release may rename or reshape these private attributes without
@@ -23,6 +27,10 @@ tests/airflow/test_cluster.py) pass against it, and this module is the one place
 from __future__ import annotations
 
 import inspect
+import logging
+import os
+import shutil
+import subprocess
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +42,11 @@ _OWN_SUBMIT_ARGS = ("conf", "conn_id", "jars", "name", "application_args", "env_
 # the table while the driver may still commit, and fail a load that then lands.
 _EARLY_RETURN = ("track_driver_via_k8s_api", "yarn_track_via_rm_api")
 _EARLY_RETURN_CONF = ("spark.yarn.submit.waitAppCompletion", "spark.kubernetes.submission.waitAppCompletion")
+# YARN's own client, in the hadoop-client-api jar every Spark distribution (and the pyspark
+# wheel) carries: `yarn application -kill` without a Hadoop install.
+_YARN_CLI_CLASS = "org.apache.hadoop.yarn.client.cli.ApplicationCLI"
+_KILL_TIMEOUT_S = 60.0
+log = logging.getLogger(__name__)
 
 
 def _hook_class() -> Any:
@@ -131,6 +144,77 @@ class SparkSubmit:
         popen: dict[str, Any] = {} if env is None else {"env": dict(env)}
         self._hook.submit(application, **popen)
 
+    @property
+    def application_id(self) -> str | None:
+        """The YARN application of a cluster-mode submit, once spark-submit has named it."""
+        found = getattr(self._hook, "_yarn_application_id", None)
+        return found if isinstance(found, str) else None
+
     def on_kill(self) -> None:
-        """Stop the submitted application, best effort."""
-        self._hook.on_kill()
+        """Stop the submitted application, best effort: spark-submit, and in YARN cluster mode
+        the application itself (its driver does not end with spark-submit)."""
+        app = self.application_id
+        if app is None or shutil.which("yarn") is not None:
+            self._hook.on_kill()  # the hook's own YARN kill: `yarn application -kill`
+            return
+        self._hook._yarn_application_id = None  # the hook would run a `yarn` that is not there
+        try:
+            self._hook.on_kill()
+        finally:
+            self._hook._yarn_application_id = app
+        kill_yarn_application(app, env=getattr(self._hook, "_env", None))
+
+
+def spark_jars_dir() -> str | None:
+    """The jars of the Spark that submits: ``$SPARK_HOME/jars``, else the pyspark wheel's."""
+    home = os.environ.get("SPARK_HOME")
+    if home:
+        return os.path.join(home, "jars")
+    import importlib.util
+
+    found = importlib.util.find_spec("pyspark")
+    if found is None or not found.submodule_search_locations:
+        return None
+    return os.path.join(next(iter(found.submodule_search_locations)), "jars")
+
+
+def kill_yarn_application(app_id: str, *, env: Mapping[str, str] | None = None) -> bool:
+    """Kill a YARN application with YARN's own client (``ApplicationCLI``) on Spark's jars,
+    as ``yarn application -kill`` would, with the worker's ``HADOOP_CONF_DIR`` (and its
+    Kerberos ticket cache): for a worker that has Spark but no Hadoop install.
+
+    :param app_id: the application, ``application_<cluster>_<n>``.
+    :param env: more environment (the hook's ``env_vars``).
+    :returns: whether YARN said it killed it (or it had already ended).
+    """
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
+    jars = spark_jars_dir()
+    if jars is None:
+        log.warning(
+            "could not kill YARN application %s: no SPARK_HOME and no pyspark to find Spark's jars", app_id
+        )
+        return False
+    full_env = {**os.environ, **(env or {})}
+    # As Hadoop's `yarn` script does: the configuration directories first on the class path
+    # (yarn-site.xml names the ResourceManager), then the client's jars.
+    conf_dirs = [full_env[k] for k in ("HADOOP_CONF_DIR", "YARN_CONF_DIR") if full_env.get(k)]
+    class_path = os.pathsep.join([*conf_dirs, os.path.join(jars, "*")])
+    # A ResourceManager that does not answer is given up on in time (YARN's client would
+    # retry for 15 minutes). The command's name comes first, as the `yarn` script passes it.
+    wait = f"yarn.resourcemanager.connect.max-wait.ms={int(_KILL_TIMEOUT_S * 1000 / 2)}"
+    argv = [java, "-cp", class_path, _YARN_CLI_CLASS, "application", "-D", wait, "-kill", app_id]
+    try:
+        done = subprocess.run(
+            argv,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=_KILL_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("could not kill YARN application %s: %s", app_id, exc)
+        return False
+    said = (done.stdout + done.stderr).strip().splitlines()
+    log.info("YARN application %s: kill returned %s: %s", app_id, done.returncode, said[-1] if said else "")
+    return done.returncode == 0

@@ -29,6 +29,8 @@ class TaskLog(Protocol):
 
     def info(self, msg: str, /, *args: Any) -> Any: ...
 
+    def warning(self, msg: str, /, *args: Any) -> Any: ...
+
 
 @dataclass(frozen=True, kw_only=True)
 class SubmitTarget:
@@ -44,6 +46,21 @@ class SubmitTarget:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     jars: str | None = None
     submit_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+# Spark's default (spark.redaction.regex), which hides a setting whose name or value matches
+# it from the UI, the event log and YARN's logs. The table's storage options travel as
+# EOD_STORAGE_OPTIONS (an appMasterEnv setting in YARN cluster mode), a name it misses.
+SPARK_REDACTION_DEFAULT = "(?i)secret|password|token|access[.]?key"
+
+
+def with_secrets_redacted(conf: Mapping[str, str]) -> dict[str, str]:
+    """``conf`` with ``spark.redaction.regex`` extended to the driver's storage options
+    (the DAG's own regex, or Spark's default, with ``|EOD_STORAGE_OPTIONS`` added)."""
+    regex = conf.get("spark.redaction.regex") or SPARK_REDACTION_DEFAULT
+    if driver.STORAGE_OPTIONS_ENV not in regex:
+        regex = f"{regex}|{driver.STORAGE_OPTIONS_ENV}"
+    return {**conf, "spark.redaction.regex": regex}
 
 
 def driver_secrets(credentials: Credentials | None, table: TableRef) -> dict[str, str]:
@@ -111,11 +128,13 @@ class SubmitRun:
         secrets = driver_secrets(self.credentials, self.table)
         target = self.target
         submit = self._submit = SparkSubmit(
-            conf={
-                **engine_conf(spec.settings.engine),
-                **with_utc_jvms(dict(target.spark_conf)),
-                **REQUIRED_CONF,
-            },
+            conf=with_secrets_redacted(
+                {
+                    **engine_conf(spec.settings.engine),
+                    **with_utc_jvms(dict(target.spark_conf)),
+                    **REQUIRED_CONF,
+                }
+            ),
             conn_id=target.conn_id,
             jars=target.jars,
             name=f"airflow-eod {label}"[:200],
@@ -128,6 +147,15 @@ class SubmitRun:
             # settings, masked in the log (and visible to `ps` on this worker; the hook
             # refuses them for a standalone master's cluster mode).
             submit.pass_to_cluster_driver(secrets)
+            if (submit.master or "").startswith("yarn"):
+                self.log.warning(
+                    "batch %s: the source's credentials (or the table's storage options) reach the "
+                    "driver on the YARN cluster in its environment (spark.yarn.appMasterEnv): YARN "
+                    "keeps them in the NodeManager's localized __spark_conf__.zip and the container's "
+                    "launch script, readable by the application's user and the NodeManager's; client "
+                    "deploy mode keeps them on this worker (docs/deployment.md, YARN)",
+                    label,
+                )
         elif secrets:
             # A client-mode driver is a child of spark-submit: the process environment
             # reaches it, and keeps the password off every command line.
@@ -152,12 +180,13 @@ class SubmitRun:
         left = take_spec_files(self.table, frozen.plan.key, spec.generation, spec.attempt_id)
         result, status = decide_submitted(self.table, frozen, spec.attempt_id, error, driver.error_from(left))
         self.log.info(
-            "batch %s: the table holds generation %s at version %s: %s (attempt %s)",
+            "batch %s: the table holds generation %s at version %s: %s (attempt %s)%s",
             label,
             status.committed_generation,
             status.table_version,
             result.outcome,
             status.manifest.attempt_id if status.manifest else None,
+            f"; spark-submit ran YARN application {submit.application_id}" if submit.application_id else "",
         )
         # The driver does this after its commit; a driver killed right after it did not.
         settle_committed(self.table, status, spec.quarantine_table)

@@ -13,12 +13,13 @@ asks the table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_eod.core.storage import Storage
@@ -163,6 +164,16 @@ def error_from(data: bytes | None) -> Exception | None:
     return errors.BatchError(parsed.get("batch"), f"{parsed.get('type')}: {cause}")
 
 
+def application_attempt(context: Any) -> str:
+    """The application's attempt (YARN's re-attempts of a cluster-mode driver count up; ``1``
+    where the master has no attempts). PySpark does not expose it: asked of the JVM."""
+    try:
+        option = context._jsc.sc().applicationAttemptId()
+        return str(option.get()) if option.isDefined() else "1"
+    except Exception:  # a log line's detail must never fail a load
+        return "?"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Load the batch of ``--spec``; write the result to ``--result`` (JSON) if given."""
     parser = argparse.ArgumentParser(prog="airflow_eod.spark.driver")
@@ -176,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Imported after logging is set up, so that imports' own log lines are formatted too.
+    from airflow_eod.core.attempt import rerun_attempt_id
     from airflow_eod.sources import Credentials
     from airflow_eod.spark.load_job import run_load
     from airflow_eod.spark.load_spec import LoadSpec
@@ -196,6 +208,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         session = get_session(submitted=not args.local, conf=engine_conf(spec.settings.engine))
+        context = session.sparkContext
+        run = application_attempt(context)
+        # The task log shows it (client mode: this line; cluster mode: spark-submit's), so an
+        # operator can find the application in YARN's or the master's UI.
+        logging.getLogger(__name__).info(
+            "batch %s: Spark application %s, attempt %s", spec.plan.key, context.applicationId, run
+        )
+        if run.isdigit() and int(run) > 1:
+            # YARN started this driver again after its first run died: another attempt.
+            rerun = rerun_attempt_id(spec.attempt_id, int(run))
+            logging.getLogger(__name__).info(
+                "batch %s: the cluster's run %s of attempt %s loads as attempt %s",
+                spec.plan.key,
+                run,
+                spec.attempt_id,
+                rerun,
+            )
+            spec = dataclasses.replace(spec, attempt_id=rerun)
         result = run_load(session, spec, credentials=creds)
     except Exception as exc:
         write_error(args.spec, exc, spec.plan.key.label, options)

@@ -63,6 +63,25 @@ def test_a_point_armed_for_one_try_fires_only_in_that_attempt(monkeypatch: pytes
     assert current_try() is None
 
 
+def test_a_point_armed_once_fires_only_for_the_process_that_claims_its_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """``^PATH``: the first process to reach the point creates PATH and fires; any process
+    after it (YARN's next attempt of the same driver) goes on, as does this one again."""
+    marker = tmp_path / "fired"
+    monkeypatch.setenv(faults.TESTING_SWITCH, "1")
+    monkeypatch.setenv(faults.ENV_VAR, f"before_commit=raise@1^{marker}")
+    with attempt(1):
+        with pytest.raises(InjectedFault):
+            fault_point("before_commit")
+        assert marker.exists()
+        fault_point("before_commit")  # the marker is there: no second fault
+    marker.unlink()
+    with attempt(2):
+        fault_point("before_commit")  # armed for try 1 only: the marker is not even claimed
+    assert not marker.exists()
+
+
 def test_racing_attempts_in_one_process_each_see_their_own_try(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two tries running side by side in threads (as racing attempts in a test, or a worker
     running two tries): the point armed for try 2 fires in try 2's thread only."""

@@ -98,6 +98,9 @@ public final class EodMiniCluster {
     conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
     conf.set("yarn.scheduler.capacity.maximum-am-resource-percent", "0.8");
     conf.setInt("yarn.resourcemanager.am.max-attempts", 4);
+    // Containers are handed out on NodeManager heartbeats: a short interval starts each
+    // application's driver and executor sooner (the tests run many small applications).
+    conf.setInt("yarn.resourcemanager.nodemanagers.heartbeat-interval-ms", 250);
     MiniYARNCluster yarn = new MiniYARNCluster("eod", 1, 1, 1);
     yarn.init(conf);
     yarn.start();
@@ -297,10 +300,14 @@ class MiniYarn:
                 raise RuntimeError(f"the mini Hadoop cluster did not start in {READY_SECONDS:.0f}s: {tail}")
             time.sleep(0.3)
         every = _properties(written)
-        props = {k: every[k] for k in CLIENT_KEYS if k in every}
+        props = {k: every[k] for k in (*CLIENT_KEYS, "dfs.namenode.http-address") if k in every}
         conf_dir = os.path.join(root, "conf")
         os.makedirs(conf_dir)
         _write_site(os.path.join(conf_dir, "core-site.xml"), {"fs.defaultFS": props["fs.defaultFS"]})
+        _write_site(
+            os.path.join(conf_dir, "hdfs-site.xml"),
+            {"dfs.namenode.http-address": props["dfs.namenode.http-address"]},
+        )
         _write_site(
             os.path.join(conf_dir, "yarn-site.xml"), {k: v for k, v in props.items() if k.startswith("yarn.")}
         )
@@ -340,6 +347,8 @@ class MiniYarn:
             "spark.executorEnv.PYSPARK_PYTHON": python,
             "spark.executorEnv.SPARK_LOCAL_IP": "127.0.0.1",
             "spark.pyspark.python": python,
+            "spark.yarn.scheduler.heartbeat.interval-ms": "500",
+            "spark.yarn.report.interval": "500ms",
         }
 
     def applications(self, states: str | None = None) -> list[dict[str, Any]]:
@@ -359,6 +368,34 @@ class MiniYarn:
         url = f"{self.webapp}/ws/v1/cluster/apps/{app_id}/appattempts"
         with urllib.request.urlopen(url, timeout=10) as resp:
             return list(json.load(resp)["appAttempts"]["appAttempt"])
+
+    def container_logs(self, app_id: str, tail: int = 3000) -> str:
+        """The end of each container's stdout and stderr of ``app_id`` (the driver's, in cluster
+        mode, is the first attempt's first container): for a test's failure message."""
+        out = []
+        for dirpath, _dirs, files in sorted(os.walk(self.root)):
+            if os.path.basename(os.path.dirname(dirpath)) != app_id:
+                continue
+            for name in ("stderr", "stdout"):
+                if name in files:
+                    text = log_tail(os.path.join(dirpath, name), tail)
+                    out.append(f"--- {os.path.basename(dirpath)}/{name}\n{text}")
+        return "\n".join(out)
+
+    def staging_exists(self, app_id: str) -> bool:
+        """Whether Spark's staging directory of ``app_id`` is on HDFS (WebHDFS)."""
+        import getpass
+        import urllib.error
+
+        path = f"/user/{getpass.getuser()}/.sparkStaging/{app_id}"
+        url = f"http://{self.props['dfs.namenode.http-address']}/webhdfs/v1{path}?op=GETFILESTATUS"
+        try:
+            with urllib.request.urlopen(url, timeout=10):
+                return True
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return False
+            raise
 
     def wait_finished(self, app_id: str, timeout: float = 180.0) -> dict[str, Any]:
         """Until ``app_id`` is FINISHED, FAILED or KILLED; its report."""

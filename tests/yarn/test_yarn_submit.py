@@ -1,0 +1,254 @@
+"""Submit mode on YARN: loads through SparkSubmitHook with a ``yarn`` Spark connection, in
+client and in cluster deploy mode, on Hadoop's mini cluster (tests/support/mini_yarn.py).
+
+Each test runs a DAG of tests/dags/eod_yarn_test.py under ``dag.test()`` in a child process
+(the task log is its output) and ends with the row-by-row checker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED
+from airflow_eod.examples.sample_data import write_order_files
+from tests.support.helpers import check, xcom_value
+from tests.support.jdbc_helpers import (
+    airflow_connection,
+    check_against_postgres,
+    create_orders,
+    insert_orders,
+)
+from tests.support.yarn_runs import (
+    APPLICATION_ID,
+    app_ids,
+    batch_commits,
+    driver_faults,
+    finish,
+    new_applications,
+    start_run,
+    wait_for,
+    yarn_task_env,
+)
+
+pytestmark = [pytest.mark.yarn, pytest.mark.spark, pytest.mark.airflow, pytest.mark.slow]
+
+DAY = datetime(2026, 11, 2, tzinfo=UTC)
+
+
+@pytest.fixture
+def yarn_env(
+    mini_yarn: Any, airflow_db: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    env = {
+        **yarn_task_env(mini_yarn),
+        "EOD_TEST_LANDING": str(tmp_path / "landing"),
+        "EOD_TEST_TABLE": str(tmp_path / "table"),
+        "EOD_TEST_JDBC_TABLE": str(tmp_path / "jdbc_table"),
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
+    return env
+
+
+@pytest.mark.parametrize("mode", ["client", "cluster"])
+def test_landing_files_load_on_yarn(mini_yarn: Any, yarn_env: dict[str, str], mode: str) -> None:
+    landing, table = yarn_env["EOD_TEST_LANDING"], yarn_env["EOD_TEST_TABLE"]
+    day = os.path.join(landing, DAY.date().isoformat())
+    write_order_files(day, 3, 20)
+    before = app_ids(mini_yarn)
+    run, log = finish(start_run(f"landing_{mode}", DAY))
+    assert run["state"] == "success", log[-6000:]
+    result = xcom_value(run["run_id"], "load")
+    assert result["outcome"] == COMMITTED and result["rows"] == 60
+    apps = new_applications(mini_yarn, before)
+    assert len(apps) == 1, apps
+    assert apps[0]["finalStatus"] == "SUCCEEDED", apps[0]
+    assert apps[0]["id"] in log, "the task log names the YARN application"
+    print("\n".join(line for line in log.splitlines() if "application_" in line or "batch " in line))
+    cmp = check(table, day)
+    assert cmp.exact and cmp.table_rows == 60, cmp.describe()
+    assert len(batch_commits(table)) == 1
+
+    # The same interval again: the table holds it, so nothing is submitted to YARN.
+    rerun, log = finish(start_run(f"landing_{mode}", DAY))
+    assert rerun["state"] == "success", log[-4000:]
+    assert xcom_value(rerun["run_id"], "load")["outcome"] == ALREADY_COMMITTED
+    assert not APPLICATION_ID.search(log.split("already")[0]) or len(new_applications(mini_yarn, before)) == 1
+    assert len(new_applications(mini_yarn, before)) == 1, "no second application"
+
+
+def _running(cluster: Any, before: set[str]) -> str | None:
+    for app in new_applications(cluster, before):
+        if app["state"] == "RUNNING":
+            return str(app["id"])
+    return None
+
+
+def _staged(table: str) -> bool:
+    for dirpath, _dirs, files in os.walk(table):
+        if "_delta_log" not in dirpath and any(f.endswith(".parquet") for f in files):
+            return True
+    return False
+
+
+def _files_containing(root: str, needle: str) -> list[str]:
+    found = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            try:
+                with open(path, "rb") as fh:
+                    if needle.encode() in fh.read():
+                        found.append(path)
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.jdbc
+@pytest.mark.parametrize("mode", ["client", "cluster"])
+def test_jdbc_load_on_yarn_and_where_its_credentials_go(
+    mini_yarn: Any, yarn_env: dict[str, str], postgres: Any, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The source's password reaches the driver in its environment: client mode, spark-submit's
+    process environment (no command line); cluster mode, a ``spark.yarn.appMasterEnv`` setting
+    on spark-submit's command line, masked in the task log, redacted by Spark, and gone from
+    HDFS (the staging directory) and the node's files when the application ends."""
+    postgres.execute("DROP TABLE IF EXISTS orders_yarn")
+    create_orders(postgres, "orders_yarn")
+    insert_orders(postgres, "orders_yarn", range(1, 41))
+    monkeypatch.setenv("AIRFLOW_CONN_EOD_TEST_PG", airflow_connection(postgres))
+    before = app_ids(mini_yarn)
+    run, log = finish(start_run(f"jdbc_{mode}", None))
+    assert run["state"] == "success", log[-6000:]
+    table = yarn_env["EOD_TEST_JDBC_TABLE"]
+    result = xcom_value(run["run_id"], "load")
+    assert result["outcome"] == COMMITTED and result["rows"] == 40
+    apps = new_applications(mini_yarn, before)
+    assert len(apps) == 1 and apps[0]["finalStatus"] == "SUCCEEDED", apps
+    cmp = check_against_postgres(postgres, "orders_yarn", table)
+    assert cmp.exact, cmp.describe()
+
+    assert postgres.password not in log, "the password is not in the task's log"
+    submit_cmd = next(line for line in log.splitlines() if "Spark-Submit cmd:" in line)
+    if mode == "cluster":
+        # The hook passes env_vars to the AM as settings on the command line (masked here).
+        assert "spark.yarn.appMasterEnv.EOD_SOURCE_PASSWORD=***" in submit_cmd, submit_cmd
+    else:
+        assert "EOD_SOURCE_PASSWORD" not in submit_cmd, "client mode: the environment, not argv"
+    assert "spark.redaction.regex=" in submit_cmd and "EOD_STORAGE_OPTIONS" in submit_cmd
+    mini_yarn.wait_finished(apps[0]["id"])
+    assert not mini_yarn.staging_exists(apps[0]["id"]), "the staging directory on HDFS is removed"
+    assert not _files_containing(table, postgres.password), "not in the table, its plan or its specs"
+    kept = _files_containing(mini_yarn.root, postgres.password)
+    print(f"{mode} mode: the password is kept in {len(kept)} file(s) of the cluster:", *kept, sep="\n  ")
+    if mode == "client":
+        assert not kept, f"client mode: the password never reaches the cluster, found in {kept}"
+        return
+    # What YARN keeps of an application's environment (docs/deployment.md says so): the
+    # NodeManager's localized copy of Spark's __spark_conf__.zip and the container's launch
+    # script (kept with its logs); and, until the DataNode drops it, the block of the staging
+    # directory's copy. Nowhere else: not in a container's output (Spark redacts it).
+    where = {
+        "__spark_conf__.properties": "the NodeManager's localized Spark configuration",
+        "launch_container.sh": "the container's launch script",
+        "blk_": "a DataNode block of the deleted staging copy",
+    }
+    for path in kept:
+        assert any(mark in os.path.basename(path) for mark in where), f"the password is in {path}"
+    assert any(p.endswith("launch_container.sh") for p in kept), kept
+    assert "reach the driver on the YARN cluster" in log, "the task log warns where they go"
+
+
+@pytest.mark.faults
+def test_on_kill_kills_the_cluster_mode_application(mini_yarn: Any, yarn_env: dict[str, str]) -> None:
+    """SIGTERM of the task (what Airflow sends when a task is stopped from the UI or times
+    out) runs the operator's on_kill: spark-submit ends, and so does the YARN application,
+    whose driver would otherwise load on; the worker has no ``yarn`` command. The retry loads
+    the batch once."""
+    assert shutil.which("yarn") is None, "this test shows the kill without Hadoop's CLI"
+    landing, table = yarn_env["EOD_TEST_LANDING"], yarn_env["EOD_TEST_TABLE"]
+    day = os.path.join(landing, DAY.date().isoformat())
+    write_order_files(day, 2, 15)
+    before = app_ids(mini_yarn)
+    child = start_run("landing_cluster", DAY, conf=driver_faults("before_commit=sleep:120"))
+    app = wait_for(lambda: _running(mini_yarn, before), 180, "the application to run")
+    wait_for(lambda: _staged(table), 180, "the driver to stage its files")
+    child.send_signal(signal.SIGTERM)
+    run, log = finish(child)
+    ended = mini_yarn.wait_finished(app, timeout=90)
+    assert ended["state"] == "KILLED", ended
+    assert f"YARN application {app}: kill returned 0" in log, log[-4000:]
+    assert run["state"] == "failed"
+    assert not os.path.exists(os.path.join(table, "_delta_log")) or not batch_commits(table)
+
+    retry, log = finish(start_run("landing_cluster", DAY))
+    assert retry["state"] == "success", log[-4000:]
+    assert xcom_value(retry["run_id"], "load")["outcome"] == COMMITTED
+    assert len(batch_commits(table)) == 1
+    cmp = check(table, day)
+    assert cmp.exact and cmp.table_rows == 30, cmp.describe()
+
+
+@pytest.mark.faults
+def test_a_task_killed_while_its_cluster_mode_driver_runs_is_retried_into_one_commit(
+    mini_yarn: Any, yarn_env: dict[str, str]
+) -> None:
+    """SIGKILL of the task: no on_kill, the cluster-mode driver (a zombie on YARN) loads on and
+    commits or loses to the retry, which submits a second application; one commit lands."""
+    landing, table = yarn_env["EOD_TEST_LANDING"], yarn_env["EOD_TEST_TABLE"]
+    day = os.path.join(landing, DAY.date().isoformat())
+    write_order_files(day, 2, 20)
+    before = app_ids(mini_yarn)
+    first = start_run("landing_cluster", DAY, conf=driver_faults("before_commit=sleep:25"))
+    zombie = wait_for(lambda: _running(mini_yarn, before), 180, "the application to run")
+    wait_for(lambda: _staged(table), 180, "the zombie to stage its files")
+    os.kill(first.pid, signal.SIGKILL)
+    first.communicate(timeout=30)
+    assert mini_yarn.application(zombie)["state"] == "RUNNING", "the driver outlives its task"
+    run, log = finish(start_run("landing_cluster", DAY))
+    assert run["state"] == "success", log[-4000:]
+    outcome = xcom_value(run["run_id"], "load")["outcome"]
+    ended = mini_yarn.wait_finished(zombie)
+    apps = new_applications(mini_yarn, before)
+    commits = batch_commits(table)
+    print(f"zombie on YARN: zombie {zombie} {ended['finalStatus']}, retry {outcome}, commits {len(commits)}")
+    assert len(apps) == 2, "the retry submitted its own application"
+    assert len(commits) == 1, f"one commit of the batch, found {commits}"
+    cmp = check(table, day)
+    assert cmp.exact and cmp.table_rows == 40, cmp.describe()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("point", ["before_commit", "before_record"])
+def test_yarn_reattempts_a_crashed_driver_into_one_commit(
+    mini_yarn: Any, yarn_env: dict[str, str], tmp_path: Any, point: str
+) -> None:
+    """``spark.yarn.maxAppAttempts=2``: the first attempt's driver is SIGKILLed before its
+    commit, or between its commit and its record; YARN starts the driver again with the same
+    spec (the same attempt id), which commits, or finds its own commit; one commit lands, and
+    the task decides from the table."""
+    landing, table = yarn_env["EOD_TEST_LANDING"], yarn_env["EOD_TEST_TABLE"]
+    day = os.path.join(landing, DAY.date().isoformat())
+    write_order_files(day, 2, 20)
+    before = app_ids(mini_yarn)
+    marker = tmp_path / "first-attempt-died"
+    conf = {**driver_faults(f"{point}=kill^{marker}"), "spark.yarn.maxAppAttempts": "2"}
+    run, log = finish(start_run("landing_cluster", DAY, conf=conf))
+    assert marker.exists(), "the first attempt reached the fault point"
+    [app] = new_applications(mini_yarn, before)
+    attempts = mini_yarn.attempts(app["id"])
+    print(f"YARN re-attempt after a kill at {point}: {len(attempts)} attempts, {app['finalStatus']}")
+    assert len(attempts) == 2, attempts
+    assert run["state"] == "success", log[-3000:] + mini_yarn.container_logs(app["id"])
+    assert xcom_value(run["run_id"], "load")["outcome"] == COMMITTED
+    assert len(batch_commits(table)) == 1
+    cmp = check(table, day)
+    assert cmp.exact and cmp.table_rows == 40, cmp.describe()
