@@ -20,6 +20,7 @@ plan carries the location only; the options come from the connection each time).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,9 @@ OBJECT_SCHEMES = {
     "hdfs": "hdfs",
 }
 # The store each canonical scheme reaches (Azure's three spellings name one service).
+# What an HDFS table path may hold: characters a URL path keeps as they are, and Hadoop's
+# Path reads as no glob and no URI part (':' is refused in a Path's name).
+_HDFS_PLAIN = re.compile(r"[A-Za-z0-9\-._~+=,/]*")
 _STORES = {"s3": "S3", "az": "Azure", "abfs": "Azure", "abfss": "Azure", "gs": "GCS", "hdfs": "HDFS"}
 
 
@@ -53,6 +57,15 @@ def _object_location(uri: str, scheme: str, rest: str) -> str:
         raise ConfigurationError(
             f"table URI {uri!r} names no NameNode or no directory: use hdfs://<namenode>:<port>/path "
             "or hdfs://<nameservice>/path (an HA nameservice, from $HADOOP_CONF_DIR)"
+        )
+    if scheme == "hdfs" and not _HDFS_PLAIN.fullmatch("/".join(parts)):
+        # delta-rs takes the location as a URL and percent-encodes such characters: it would
+        # read and write the table under "a%20b" while Spark and the storage seam use "a b".
+        odd = sorted({c for c in "/".join(parts) if not _HDFS_PLAIN.fullmatch(c)})
+        raise ConfigurationError(
+            f"table URI {uri!r}: the characters {''.join(odd)!r} in an HDFS path are refused (delta-rs "
+            "percent-encodes them, or Hadoop reads them as a glob or a URI's parts, so it and Spark "
+            "would use different directories); use letters, digits and -._~+=,"
         )
     if not bucket or not parts:
         # A table at a bucket's root would share it with everything else in the bucket, and

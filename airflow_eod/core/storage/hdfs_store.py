@@ -73,7 +73,11 @@ def _mapped(exc: BaseException) -> BaseException:
     ``RuntimeError('RPCError("<Java class>", "<message>")')``; the ones that say "not a
     directory" or "permission denied" become the ``OSError`` a caller can tell apart."""
     text = str(exc)
-    if "ParentNotDirectoryException" in text or "must both be directories" in text:
+    # A path below a file: the NameNode says ParentNotDirectoryException when creating, and an
+    # AccessControlException "(is not a directory)" when resolving it for a read.
+    if any(
+        m in text for m in ("ParentNotDirectoryException", "must both be directories", "(is not a directory)")
+    ):
         return NotADirectoryError(20, text.split("\n", 1)[0])
     if "AccessControlException" in text:
         return PermissionError(13, text.split("\n", 1)[0])
