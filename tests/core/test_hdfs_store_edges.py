@@ -41,6 +41,18 @@ def test_table_paths_delta_rs_and_spark_would_read_apart_are_refused(uri: str, w
         TableRef.parse(uri)
 
 
+def test_a_nameservice_not_in_the_configuration_is_refused_naming_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow_eod.core.storage import storage_at
+
+    monkeypatch.setenv("HADOOP_CONF_DIR", "/nonexistent")
+    with pytest.raises(
+        ConfigurationError, match=r"cannot reach hdfs://nosuchservice: .*hdfs://<host>:8020/path"
+    ):
+        storage_at(f"hdfs://nosuchservice/t/{uuid.uuid4().hex}")
+
+
 def test_plain_odd_characters_are_taken() -> None:
     assert TableRef.parse("hdfs://nn:8020/a+b=c,d_e~f/t/").location == "hdfs://nn:8020/a+b=c,d_e~f/t"
 

@@ -114,7 +114,18 @@ class HdfsStorage:
         authority, path = split_url(url)
         if path != "/":
             check_key(path.strip("/"), authority)
-        return cls(client=Client(authority), root=f"{authority}{path}")
+        try:
+            client = Client(authority)
+        except RuntimeError as exc:
+            # A name without a port is a nameservice to this client (Hadoop's own would try
+            # port 8020): one not in the configuration is found at once, and no retry mends it.
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise ValueError(
+                f"the HDFS client cannot reach {authority}: {first} (a single NameNode is named "
+                "with its port, hdfs://<host>:8020/path; an HA nameservice needs its NameNodes in "
+                "$HADOOP_CONF_DIR/hdfs-site.xml)"
+            ) from None
+        return cls(client=client, root=f"{authority}{path}")
 
     def _count(self, operation: str) -> None:
         with self._lock:
