@@ -68,10 +68,7 @@ def test_landing_files_load_into_an_hdfs_table_row_by_row(
     store = storage_at(hdfs_table)
     commits = [n for n in store.list("_delta_log") if n.endswith(".json")]
     assert commits == ["00000000000000000000.json", "00000000000000000001.json"]
-    again = plan_for(source, hdfs_table, run="r0")
-    assert run_load(spark, spec_for(source, hdfs_table, again, try_number=2, engine=engine)).outcome == (
-        "already_committed"
-    )
+    # (A retry finding its batch committed: the crash tests below, from before_record on.)
     assert _commits(hdfs_table) == 2
 
 
