@@ -4,7 +4,7 @@ PostgreSQL, each checked row by row (docs/testing.md).
     python -m benchmarks.chaos --trials 500 --seed 1 [--per-chunk 10] [--steps 14]
                                [--kill-percent 20] [--max-kills 6] [--shrink] [--no-postgres]
                                [--delta-spark-writer] [--engine delta-rs|delta-spark|mixed]
-                               [--store local|s3] [--landing-store local|s3]
+                               [--store local|s3|hdfs] [--landing-store local|s3]
                                [--pipeline append|merge|kafka]
 
 Trials run in chunks; chunk ``i`` is generated from seed ``--seed + i``, so a failing chunk is
@@ -27,6 +27,10 @@ tables under ``s3://eod/<run>/<trial>/``, Spark writing over s3a (the s3a jars f
 unless ``--landing-store s3`` (with ``--store s3``) puts them on the same server too, under
 ``s3://eod/<run>/<trial>/landing/``: every landing, rewrite, delete and move is done there, and
 the landing pipelines plan from the store's listing and read over s3a.
+``--store hdfs`` puts them on HDFS instead: Hadoop's mini cluster started for the run
+(tests/support/mini_yarn.py: Java and Maven), tables under ``hdfs://localhost:<port>/<run>/``,
+Spark writing through its own HDFS client, the landing files local; it takes what ``--store s3``
+takes (``--engine delta-rs``, no ``--delta-spark-writer``).
 ``--pipeline merge`` runs the merge pipeline instead of the append ones
 (tests/chaos/merge_machine.py): change files (inserts, updates, deletes, re-inserts, stale
 changes, several changes of a key in one file) loaded with ``write_mode='merge'`` by an offset
@@ -67,7 +71,7 @@ from tests.chaos.machine import ENGINES, SPARK
 from tests.chaos.report import REPORT
 from tests.chaos.run import PIPELINES, run_trials
 from tests.chaos.spark_writer import DELTA_SPARK_JARS_ENV, delta_spark_conf, session_conf
-from tests.chaos.store import STORE_ENV, STORES, s3_store
+from tests.chaos.store import LANDING_STORES, STORE_ENV, STORES, hdfs_store, s3_store
 
 POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
 TINY_DATA = {"spark.sql.shuffle.partitions": "1"}
@@ -89,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=ENGINES, default="delta-rs", help="the loads' engine")
     parser.add_argument("--store", choices=STORES, default="local", help="where the trials' tables live")
     parser.add_argument(
-        "--landing-store", choices=STORES, default="local", help="where the landing files live"
+        "--landing-store", choices=LANDING_STORES, default="local", help="where the landing files live"
     )
     parser.add_argument(
         "--pipeline",
@@ -113,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         why = _s3_missing(args)
         if why:
             parser.error(why)
+    if args.store == "hdfs" and (args.delta_spark_writer or args.engine != "delta-rs"):
+        parser.error("--store hdfs takes --engine delta-rs and no --delta-spark-writer (as --store s3)")
     os.environ["EOD_CHAOS_KILL_PERCENT"] = str(args.kill_percent)
     os.environ["EOD_CHAOS_MAX_KILLS"] = str(args.max_kills)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -130,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     SPARK["engine"] = args.engine
     SPARK["pipeline"] = args.pipeline
     landing_s3 = args.landing_store == "s3"
+    if args.store == "hdfs":
+        with hdfs_store() as cluster:
+            root = json.loads(os.environ[STORE_ENV])["root"]
+            print(
+                f"chaos: store hdfs: mini cluster's HDFS at {cluster.namenode}, tables under {root}/",
+                flush=True,
+            )
+            return _run(args, argv, spark)
     with s3_store(landing=landing_s3) if s3 else contextlib.nullcontext() as s3_server:
         if s3_server is not None:
             root = json.loads(os.environ[STORE_ENV])["root"]
@@ -212,6 +226,11 @@ def _run(args: argparse.Namespace, argv: list[str] | None, spark: Any) -> int:
         print(
             f"chaos: store s3: tables and plan logs on SeaweedFS S3, {landing}; skipped on S3: "
             "the delta-spark engine, Delta Spark as a writer, the quarantine and malformed records"
+        )
+    elif args.store == "hdfs":
+        print(
+            "chaos: store hdfs: tables and plan logs on the mini cluster's HDFS, landing local; skipped on "
+            "HDFS: the delta-spark engine, Delta Spark as a writer, the quarantine and malformed records"
         )
     else:
         print("chaos: store local")

@@ -87,9 +87,10 @@ def check_object_store_load(table: TableRef, *, engine: str, execution: str, qua
     if table.is_local:
         return
     why = None
-    if engine != "delta-rs":
+    if engine != "delta-rs" and table.scheme != "hdfs":
         # Delta Spark commits to S3 through a log store that is safe for one driver only
-        # (S3SingleDriverLogStore): two racing attempts could both commit.
+        # (S3SingleDriverLogStore): two racing attempts could both commit. On HDFS its
+        # HDFSLogStore commits with a rename without overwrite, which the NameNode makes atomic.
         why = f"engine={engine!r} (use engine='delta-rs', which commits with the store's conditional put)"
     elif execution != "local" and table.scheme not in SUBMIT_STORES:
         # A submitted driver gets the table's storage options in its environment and writes
@@ -97,7 +98,8 @@ def check_object_store_load(table: TableRef, *, engine: str, execution: str, qua
         why = f"execution={execution!r} (a submitted driver writes to S3 only in this release; use 'local')"
     if why:
         raise ConfigurationError(
-            f"table {table} is on an object store: this release does not load into one with {why}"
+            f"table {table} is on {'HDFS' if table.scheme == 'hdfs' else 'an object store'}: this release "
+            f"does not load into one with {why}"
         )
 
 

@@ -9,16 +9,18 @@ again and no layer assumes a POSIX path that the reference did not give it.
 
 A location is a local or shared POSIX path, or an object store's URI: ``s3://bucket/prefix``
 (``s3a://`` reads as ``s3://``), ``az://container/prefix`` (``abfs[s]://container@account...``
-as written) or ``gs://bucket/prefix``. An object store's reference also carries its storage
-options, named as delta-rs names them (``AWS_ENDPOINT_URL``, ``AZURE_STORAGE_ACCOUNT_NAME``,
-...). They may hold secrets: they are never printed, compared or serialised with the
-reference (a spec or a plan carries the location only; the options come from the connection
-each time).
+as written) or ``gs://bucket/prefix``, or a directory on HDFS: ``hdfs://namenode:port/path``
+or ``hdfs://nameservice/path`` (the NameNode takes the bucket's place). An object store's
+reference also carries its storage options, named as delta-rs names them
+(``AWS_ENDPOINT_URL``, ``AZURE_STORAGE_ACCOUNT_NAME``, ...; none on HDFS). They may hold
+secrets: they are never printed, compared or serialised with the reference (a spec or a
+plan carries the location only; the options come from the connection each time).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,15 +31,42 @@ from airflow_eod.core.storage import Storage, storage_at
 from airflow_eod.core.table_layout import META_DIR, path_part, under
 
 # The object stores a table may live on, by URI scheme, and the scheme a location is kept in.
-OBJECT_SCHEMES = {"s3": "s3", "s3a": "s3", "az": "az", "abfs": "abfs", "abfss": "abfss", "gs": "gs"}
+OBJECT_SCHEMES = {
+    "s3": "s3",
+    "s3a": "s3",
+    "az": "az",
+    "abfs": "abfs",
+    "abfss": "abfss",
+    "gs": "gs",
+    "hdfs": "hdfs",
+}
 # The store each canonical scheme reaches (Azure's three spellings name one service).
-_STORES = {"s3": "S3", "az": "Azure", "abfs": "Azure", "abfss": "Azure", "gs": "GCS"}
+# What an HDFS table path may hold: characters a URL path keeps as they are, and Hadoop's
+# Path reads as no glob and no URI part (':' is refused in a Path's name).
+_HDFS_PLAIN = re.compile(r"[A-Za-z0-9\-._~+=,/]*")
+_STORES = {"s3": "S3", "az": "Azure", "abfs": "Azure", "abfss": "Azure", "gs": "GCS", "hdfs": "HDFS"}
 
 
 def _object_location(uri: str, scheme: str, rest: str) -> str:
     """The canonical ``scheme://bucket/prefix`` of an object store URI (no trailing ``/``)."""
     bucket, _, prefix = rest.partition("/")
     parts = [p for p in prefix.split("/") if p != ""]
+    if scheme == "hdfs" and (not bucket or not parts):
+        # hdfs:///path would mean "the default file system" of whichever Hadoop configuration
+        # reads it: delta-rs, Spark and this process could each take another one.
+        raise ConfigurationError(
+            f"table URI {uri!r} names no NameNode or no directory: use hdfs://<namenode>:<port>/path "
+            "or hdfs://<nameservice>/path (an HA nameservice, from $HADOOP_CONF_DIR)"
+        )
+    if scheme == "hdfs" and not _HDFS_PLAIN.fullmatch("/".join(parts)):
+        # delta-rs takes the location as a URL and percent-encodes such characters: it would
+        # read and write the table under "a%20b" while Spark and the storage seam use "a b".
+        odd = sorted({c for c in "/".join(parts) if not _HDFS_PLAIN.fullmatch(c)})
+        raise ConfigurationError(
+            f"table URI {uri!r}: the characters {''.join(odd)!r} in an HDFS path are refused (delta-rs "
+            "percent-encodes them, or Hadoop reads them as a glob or a URI's parts, so it and Spark "
+            "would use different directories); use letters, digits and -._~+=,"
+        )
     if not bucket or not parts:
         # A table at a bucket's root would share it with everything else in the bucket, and
         # the clean-up and the plan log assume a root of their own.

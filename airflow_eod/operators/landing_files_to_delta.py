@@ -23,7 +23,7 @@ from airflow_eod.core.table_ref import TableRef
 from airflow_eod.operators.delta_load import BaseDeltaLoadOperator
 from airflow_eod.operators.interval_timetable import IntervalTimetableCheck, check_interval_timetable
 from airflow_eod.sources.landing_files import LandingFilesSource
-from airflow_eod.sources.landing_store import is_store_path, store_root
+from airflow_eod.sources.landing_store import check_landing_scheme, is_store_path, store_root
 
 
 class LandingFilesToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator):
@@ -80,6 +80,7 @@ class LandingFilesToDeltaOperator(IntervalTimetableCheck, BaseDeltaLoadOperator)
         choice("file_format", file_format, FORMATS)
         choice("boundary", boundary, BOUNDARIES)
         check_catch_up_boundary(self.catch_up, boundary)
+        check_landing_scheme(landing_path)
         if schema and not is_template(schema):
             columns = ddl_columns("schema", schema)
             # A transform may add or rename columns: then the schema is not the table's.

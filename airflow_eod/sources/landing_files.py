@@ -27,7 +27,7 @@ from airflow_eod.core.planlog.restatement import refreeze_hint
 from airflow_eod.core.planlog.store import Plan, PlanLog
 from airflow_eod.core.planner import plan_interval_batch, plan_offset_batch, require_interval
 from airflow_eod.core.source import ReadContext
-from airflow_eod.sources.landing_store import StoreLanding, is_store_path, store_root
+from airflow_eod.sources.landing_store import StoreLanding, check_landing_scheme, is_store_path, store_root
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -98,6 +98,7 @@ class LandingFilesSource:
     kind: ClassVar[str] = "landing_files"
 
     def __post_init__(self) -> None:
+        check_landing_scheme(self.path)
         choice("file_format", self.file_format, FORMATS)
         choice("boundary", self.boundary, BOUNDARIES)
         for name in ("max_files_per_batch", "max_bytes_per_batch"):

@@ -72,6 +72,30 @@ def is_store_path(path: str) -> bool:
     return bool(sep) and scheme.lower() in STORE_SCHEMES
 
 
+def check_landing_scheme(path: Any) -> None:
+    """Refuse a landing path on a file system no landing listing reads (``hdfs://``, ``ftp://``):
+    taken as a local path it would name a folder called ``hdfs:`` in the worker's directory,
+    find nothing there, and wait for files that never come.
+
+    :raises ConfigurationError: naming the scheme and what is read instead.
+    """
+    if not isinstance(path, str) or "{{" in path:
+        return
+    scheme, sep, _ = path.partition("://")
+    if sep and scheme.lower() not in STORE_SCHEMES | {"file"} and "/" not in scheme:
+        extra = (
+            " (a table may be on HDFS; its landing files are read from a local or shared "
+            "directory or an object store)"
+            if scheme.lower() == "hdfs"
+            else ""
+        )
+        raise ConfigurationError(
+            f"landing path {path!r}: landing files on {scheme}:// are not read in this release; "
+            f"use a local or shared directory or an object store prefix "
+            f"({', '.join(sorted(s + '://' for s in STORE_SCHEMES))}){extra}"
+        )
+
+
 def _unsafe(key: str) -> bool:
     parts = key.split("/")
     return key.startswith("/") or any(p in ("", ".", "..") or "\0" in p for p in parts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from airflow_eod.core.batch import BatchKey
@@ -75,6 +75,10 @@ def spark_uri(df: DataFrame, ref: TableRef, location: str) -> str:
     the store's settings (from the reference's storage options) set on the session first."""
     if ref.is_local:
         return f"file://{location}"
+    if ref.scheme == "hdfs":
+        # Spark's own file system: the NameNode is in the URI, or (an HA nameservice) in the
+        # Hadoop configuration of $HADOOP_CONF_DIR, which Spark reads as the storage seam does.
+        return location
     if ref.scheme == "gs":
         # Hadoop 3.5's GCS connector has no setting for another endpoint, so Spark's writes to
         # gs:// cannot be tested against an emulator here: not offered (docs/object-stores.md).
@@ -87,12 +91,11 @@ def spark_uri(df: DataFrame, ref: TableRef, location: str) -> str:
 def _plain_store_keys(ref: TableRef, rel_dir: str) -> None:
     """The store's :func:`_ascii_partition_dirs`: a store has no folders to rename, so each
     object below a partition folder whose name is not plain ASCII moves to the plain spelling
-    (a copy and a delete; the attempt's folder is its own until the commit)."""
-    from airflow_eod.core.storage.object_store import ObjectStorage
-
-    store = ref.storage()
-    if not isinstance(store, ObjectStorage):
-        raise TypeError(f"{ref} is not on an object store")
+    (a copy and a delete on a store, a rename on HDFS; the attempt's folder is its own until
+    the commit)."""
+    store: Any = ref.storage()
+    if not (hasattr(store, "walk") and hasattr(store, "rename")):
+        raise TypeError(f"{ref} is not on an object store or HDFS")
     for key, _head in list(store.walk(rel_dir)):
         segs = key[len(rel_dir) + 1 :].split("/")
         plain = [quote(s, safe="=%") if "=" in s and not _PLAIN.fullmatch(s) else s for s in segs]

@@ -1,5 +1,8 @@
 """Where a chaos trial's tables live: in the trial's temporary directory (``local``, the
-default) or on S3 (``--store s3``: one SeaweedFS server for the run, ``tests/support/s3_server.py``).
+default), on S3 (``--store s3``: one SeaweedFS server for the run, ``tests/support/s3_server.py``)
+or on HDFS (``--store hdfs``: Hadoop's mini cluster for the run, ``tests/support/mini_yarn.py``;
+tables under ``hdfs://localhost:<port>/<run>/<world>/<table>``, no storage options, landing
+files local; left out as on S3: the delta-spark engine, Delta Spark as a writer, the quarantine).
 
 On S3 each trial's tables (and with them their plan logs, markers and staged attempts, which
 live beside the table) are ``s3://<bucket>/<run>/<world>/<table>``. The landing directories
@@ -37,7 +40,9 @@ from airflow_eod.core.table_ref import TableRef
 # Test-only (see the module's docstring):
 # {"root": "s3://bucket/run", "options": {...}, "landing": true|false}.
 STORE_ENV = "EOD_CHAOS_S3"
-STORES = ("local", "s3")
+STORES = ("local", "s3", "hdfs")
+# Where the landing files may live (HDFS takes no landing files: docs/object-stores.md).
+LANDING_STORES = ("local", "s3")
 
 
 def _conf() -> dict[str, Any] | None:
@@ -46,7 +51,7 @@ def _conf() -> dict[str, Any] | None:
 
 
 def on_s3() -> bool:
-    """Whether this run's tables are on S3."""
+    """Whether this run's tables are on a store (S3, or HDFS with ``--store hdfs``), not local."""
     return _conf() is not None
 
 
@@ -204,6 +209,32 @@ def store_env(server: Any, run: str | None = None, *, landing: bool = False) -> 
     run = run or f"chaos-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     root = f"s3://{server.bucket}/{run}"
     return json.dumps({"root": root, "options": server.options(), "landing": landing})
+
+
+def hdfs_env(cluster: Any, run: str | None = None) -> str:
+    """The value of :data:`STORE_ENV` for ``cluster`` (a MiniYarn): a root of the run's own on
+    its HDFS, no storage options (HDFS takes none), the landing files local."""
+    run = run or f"chaos-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    return json.dumps({"root": f"{cluster.namenode}/{run}", "options": {}, "landing": False})
+
+
+@contextmanager
+def hdfs_store() -> Iterator[Any]:
+    """Start Hadoop's mini cluster for a run and point the harness (and its children) at its
+    HDFS; stop it at the end."""
+    from tests.support.mini_yarn import MiniYarn
+
+    cluster = MiniYarn.start()
+    before = os.environ.get(STORE_ENV)
+    os.environ[STORE_ENV] = hdfs_env(cluster)
+    try:
+        yield cluster
+    finally:
+        if before is None:
+            os.environ.pop(STORE_ENV, None)
+        else:
+            os.environ[STORE_ENV] = before
+        cluster.stop()
 
 
 @contextmanager

@@ -211,6 +211,44 @@ def test_generated_histories_on_s3_load_every_row_exactly_once(
     assert (report.events["landing_source_on_s3"] > 0) == (landing == "s3"), text
 
 
+@pytest.mark.yarn
+def test_generated_histories_on_hdfs_load_every_row_exactly_once(
+    spark: Any,
+    mini_yarn: Any,
+    chaos_postgres: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The chaos tier with every trial's tables (and their plan logs) on HDFS (the mini
+    cluster's): the loads write through Spark's HDFS client and commit with the NameNode's
+    rename without overwrite, in this process and in SIGKILLed children, and the checker reads
+    the tables back from HDFS. Left out as on S3: the delta-spark engine, Delta Spark as the
+    other writer, the quarantine. Longer runs: ``python -m benchmarks.chaos --store hdfs``."""
+    from tests.chaos.store import STORE_ENV, hdfs_env
+
+    trials = int(os.environ.get("EOD_CHAOS_HDFS_TRIALS", "1"))
+    base_seed = int(os.environ.get("EOD_CHAOS_SEED", "24024"))
+    monkeypatch.setenv("EOD_CHAOS_KILL_PERCENT", os.environ.get("EOD_CHAOS_KILL_PERCENT", "100"))
+    monkeypatch.setenv("EOD_CHAOS_MAX_KILLS", os.environ.get("EOD_CHAOS_MAX_KILLS", "1"))
+    monkeypatch.setenv(STORE_ENV, hdfs_env(mini_yarn, run=f"chaos-tier-hdfs-{os.getpid()}"))
+    monkeypatch.setitem(SPARK, "postgres", chaos_postgres)
+    monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
+    REPORT.__init__()  # type: ignore[misc]
+    lines: list[str] = []
+    report = run_trials(
+        spark, trials=trials, base_seed=base_seed, per_chunk=trials, steps=8, say=lines.append
+    )
+    text = "\n".join(lines + report.lines())
+    with capsys.disabled():
+        print()
+        print(text)
+    assert report.trials >= trials
+    assert report.failures == 0 and not report.failing_seeds, text
+    assert report.outcomes["committed"] > 0, text
+    # Every trial's main table was there, on HDFS, when the checker read it.
+    assert report.events["main_table_on_s3"] == report.trials, text
+
+
 @pytest.mark.delta_spark
 def test_delta_spark_as_the_other_writer_and_as_the_engine(
     spark: Any, chaos_postgres: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

@@ -41,11 +41,20 @@ def _gcs(request: pytest.FixtureRequest, tmp_path: Any) -> Storage:
     return GCSStorage.from_url(f"gs://{server.bucket}/contract/{uuid.uuid4().hex}", server.options())
 
 
+def _hdfs(request: pytest.FixtureRequest, tmp_path: Any) -> Storage:
+    """The HDFS backend on the session's mini cluster, under a directory of this test's own."""
+    from airflow_eod.core.storage.hdfs_store import HdfsStorage
+
+    cluster = request.getfixturevalue("mini_yarn")
+    return HdfsStorage.from_url(f"{cluster.namenode}/contract/{uuid.uuid4().hex}")
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Any], Storage]] = {
     "local": lambda request, tmp_path: LocalStorage(root=str(tmp_path / "root")),
     "s3": _s3,
     "azure": _azure,
     "gcs": _gcs,
+    "hdfs": _hdfs,
 }
 # Servers whose delimiter listing still names a "directory" emptied a moment ago: SeaweedFS
 # 4.48 keeps the filer's folder entry after its last object is deleted (its EmptyFolderCleaner
@@ -55,6 +64,7 @@ BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Any], Storage]] = {
 KEEPS_EMPTY_PREFIXES = {"s3"}
 # What each backend needs beyond Python (tests/support/tiers.py): local runs in the unit tier.
 NEEDS = {name: [pytest.mark.objectstore] for name in ("s3", "azure", "gcs")}
+NEEDS["hdfs"] = [pytest.mark.yarn]
 
 
 @pytest.fixture(params=[pytest.param(name, marks=NEEDS.get(name, [])) for name in sorted(BACKENDS)])

@@ -42,7 +42,10 @@ def open_table(ref: TableRef) -> TableLog | None:
         entries = set(os.listdir(path))
     else:
         # A prefix is there when something is under it: no entries, no table yet.
-        entries = {name.rstrip("/") for name in ref.storage().list("")}
+        try:
+            entries = {name.rstrip("/") for name in ref.storage().list("")}
+        except NotADirectoryError:  # HDFS: a file at the table's root
+            raise UnsupportedTableError(f"{path} is a file, not a Delta table directory") from None
     # Our plan log is written only into an empty directory or a table (load_flow.freeze
     # refuses any other first), and a _delta_log/ without a commit is a Delta writer's first
     # commit on its way: beside either, files are a Delta Spark first write that died or is

@@ -67,10 +67,12 @@ def storage_at(root: str, options: Mapping[str, str] | None = None) -> Storage:
     the same root and options (an HTTP client and its connections; a store has no links),
     so its request counts add up per process.
 
-    :param root: a local path, or an object store URI (``s3://bucket/prefix``).
+    :param root: a local path, or an object store URI (``s3://bucket/prefix``), or an HDFS
+        one (``hdfs://namenode:port/path``).
     :param options: the store's storage options, named as delta-rs names them.
     :raises ConfigurationError: for a scheme no backend serves, or when the backend's
-        package (``obstore``, the ``s3`` extra) is not installed.
+        package (``obstore``, the ``s3`` extra; ``hdfs-native``, the ``hdfs`` extra) is not
+        installed.
     """
     if "://" not in root:
         return LocalStorage(root=root)
@@ -86,7 +88,10 @@ _BACKENDS = {
     "abfs": ("azure_store", "AzureStorage"),
     "abfss": ("azure_store", "AzureStorage"),
     "gs": ("gcs_store", "GCSStorage"),
+    "hdfs": ("hdfs_store", "HdfsStorage"),
 }
+# The package each backend needs, and the extra that installs it.
+_PACKAGES = {"hdfs_store": ("hdfs-native", "hdfs")}
 
 
 # Storage options that name a URL the store's client sends requests to.
@@ -125,6 +130,12 @@ def _object_storage(root: str, options: tuple[tuple[str, str], ...]) -> Storage:
     try:
         module = importlib.import_module(f"airflow_eod.core.storage.{module_name}")
     except ImportError as exc:
+        if module_name in _PACKAGES:
+            package, extra = _PACKAGES[module_name]
+            raise ConfigurationError(
+                f"{root} is on {scheme}://, and reading it needs {package}: "
+                f"pip install 'airflow-eod[{extra}]'"
+            ) from exc
         raise ConfigurationError(
             f"{root} is on an object store, and reading it needs obstore: "
             "pip install 'airflow-eod[s3]' (or [azure], [gcs])"

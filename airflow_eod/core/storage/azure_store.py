@@ -40,7 +40,8 @@ from typing import Any
 import obstore
 from obstore.store import AzureStore
 
-from airflow_eod.core.storage.object_store import ObjectStorage, _status, check_key, default_retry
+from airflow_eod.core.storage.base import check_key
+from airflow_eod.core.storage.object_store import ObjectStorage, _status, default_retry
 from airflow_eod.core.storage.option_names import OptionNames
 
 # Deletes per Blob Batch request (Azure's limit is 256).

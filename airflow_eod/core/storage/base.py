@@ -51,6 +51,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from airflow_eod.core.errors import UnsafePathError
+
 
 class NotFound(FileNotFoundError):
     """No object at the key (a ``FileNotFoundError``: callers that treated a missing file as
@@ -278,3 +280,14 @@ def put_settled(storage: Storage, key: str, data: bytes, *, attempt: str | None)
         if attempt is None:
             raise
         return settle_put(storage, key, data, attempt=attempt)
+
+
+def check_key(key: str, root: str, *, empty: bool = False) -> str:
+    """``key`` when it names something below the root; :class:`UnsafePathError` when a segment
+    could climb out of it (``..``, ``.``, an empty one, a leading ``/``)."""
+    if empty and key == "":
+        return key
+    parts = key.split("/")
+    if key.startswith("/") or any(p in ("", ".", "..") or "\0" in p for p in parts):
+        raise UnsafePathError(None, f"storage key {key!r} is not a relative name below {root}")
+    return key

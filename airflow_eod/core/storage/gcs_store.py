@@ -34,7 +34,8 @@ from typing import Any
 
 from obstore.store import GCSStore
 
-from airflow_eod.core.storage.object_store import ObjectStorage, _status, check_key, default_retry
+from airflow_eod.core.storage.base import check_key
+from airflow_eod.core.storage.object_store import ObjectStorage, _status, default_retry
 from airflow_eod.core.storage.option_names import OptionNames
 
 # delta-rs' names of GCS storage options (those of object_store's GoogleConfigKey, matched

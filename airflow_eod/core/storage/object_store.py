@@ -64,6 +64,7 @@ from airflow_eod.core.storage.base import (
     UnknownOutcome,
     UnlistableKey,
     check_attempt,
+    check_key,
 )
 from airflow_eod.core.storage.option_names import OptionNames
 
@@ -121,17 +122,6 @@ def _unlistable(exc: BaseException, root: str) -> UnlistableKey:
 
 def _backoff(n: int) -> None:
     time.sleep(random.uniform(0, min(BACKOFF_MAX, BACKOFF_FIRST * 2**n)))
-
-
-def check_key(key: str, root: str, *, empty: bool = False) -> str:
-    """``key`` when it names something below the root; :class:`UnsafePathError` when a segment
-    could climb out of it (``..``, ``.``, an empty one, a leading ``/``)."""
-    if empty and key == "":
-        return key
-    parts = key.split("/")
-    if key.startswith("/") or any(p in ("", ".", "..") or "\0" in p for p in parts):
-        raise UnsafePathError(None, f"storage key {key!r} is not a relative name below {root}")
-    return key
 
 
 class ObjectStorage:
