@@ -75,7 +75,7 @@ def is_template(value: Any) -> bool:
 
 
 # The object stores (canonical table schemes) a submitted driver loads into.
-SUBMIT_STORES = ("s3",)
+SUBMIT_STORES = ("s3", "hdfs")
 
 
 def check_object_store_load(table: TableRef, *, engine: str, execution: str, quarantine: str | None) -> None:
@@ -94,8 +94,8 @@ def check_object_store_load(table: TableRef, *, engine: str, execution: str, qua
         why = f"engine={engine!r} (use engine='delta-rs', which commits with the store's conditional put)"
     elif execution != "local" and table.scheme not in SUBMIT_STORES:
         # A submitted driver gets the table's storage options in its environment and writes
-        # over s3a; Spark's writes to Azure and GCS are not supported yet (docs/object-stores.md).
-        why = f"execution={execution!r} (a submitted driver writes to S3 only in this release; use 'local')"
+        # over s3a (or hdfs, natively); Spark's writes to Azure and GCS are not supported yet.
+        why = f"execution={execution!r} (a submitted driver writes to S3 or HDFS only in this release; use 'local')"
     if why:
         raise ConfigurationError(
             f"table {table} is on {'HDFS' if table.scheme == 'hdfs' else 'an object store'}: this release "

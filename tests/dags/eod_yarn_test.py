@@ -40,6 +40,7 @@ for mode in ("client", "cluster"):
             pipeline_id="tests.yarn_landing",
             file_format="csv",
             schema=ORDERS_SCHEMA,
+            engine=os.environ.get("EOD_TEST_ENGINE", "delta-rs"),
             retries=0,
         )
     dags[f"landing_{mode}"] = dag

@@ -84,6 +84,16 @@ def finish(child: subprocess.Popen[str], timeout: float = 400) -> tuple[dict[str
     raise AssertionError(f"the DAG run did not finish (exit {child.returncode}):\n{out[-4000:]}")
 
 
+def rerun_in_process(dag: str, logical_date: datetime) -> str:
+    """``dag.test()`` of ``dag`` in this process (a run that must find its batch committed and
+    submit nothing: no child, no JVM); the load's outcome."""
+    from tests.support.helpers import load_dag_file, xcom_value
+
+    run = load_dag_file(DAG_FILE).dags[dag].test(logical_date=logical_date)
+    assert str(run.state) == "success", run.state
+    return str(xcom_value(run.run_id, "load")["outcome"])
+
+
 def batch_commits(table: str) -> list[str]:
     """The Delta log's commits that carry a batch marker (a ``txn`` action)."""
     log_dir = os.path.join(table, "_delta_log")
