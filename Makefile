@@ -95,9 +95,15 @@ $(LOWEST_STAMP): pyproject.toml
 	$(LOWEST_VENV)/bin/pip install --quiet -e '.[dev]' 'apache-airflow[postgres]==$(AIRFLOW_LOWEST)'
 	touch $(LOWEST_STAMP)
 
-test-airflow-lowest: check-java $(LOWEST_STAMP) ## the Airflow tier on the lowest Airflow release we admit (CI)
+# CI runs the tier without its `airflow_current_only` tests (pyproject.toml: loads through
+# the same Airflow surface as the tests kept, with another engine, source or store; about
+# 60% of the tier's time); LOWEST_ALL=1 runs every test of the tier.
+LOWEST_ALL ?=
+LOWEST_TIER := $(AIRFLOW_TIER)$(if $(filter-out 0,$(LOWEST_ALL)),, and not airflow_current_only)
+
+test-airflow-lowest: check-java $(LOWEST_STAMP) ## the Airflow tier on the lowest Airflow release we admit (CI; LOWEST_ALL=1: all of it)
 	$(LOWEST_VENV)/bin/python -c 'import airflow; assert airflow.__version__ == "$(AIRFLOW_LOWEST)", airflow.__version__'
-	$(LOWEST_VENV)/bin/python -m pytest -m "$(AIRFLOW_TIER)" $(PYTEST_ARGS)
+	$(LOWEST_VENV)/bin/python -m pytest -m "$(LOWEST_TIER)" $(PYTEST_ARGS)
 
 # The 16-racer conditional-put race on SeaweedFS S3 (tests/core/test_s3_storage.py) and on
 # Azurite (tests/core/test_azure_storage.py) at their full 200 rounds, about 12 minutes on 2

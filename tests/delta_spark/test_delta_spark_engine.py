@@ -600,6 +600,7 @@ def ds_dag(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any
 
 
 @pytest.mark.airflow
+@pytest.mark.airflow_current_only
 @pytest.mark.faults
 def test_the_operator_under_dag_test_retries_a_commit_it_never_asked_about(
     airflow_db: str, spark: Any, ds_dag: tuple[Any, str, str], monkeypatch: pytest.MonkeyPatch
@@ -622,6 +623,7 @@ def test_the_operator_under_dag_test_retries_a_commit_it_never_asked_about(
 
 
 @pytest.mark.airflow
+@pytest.mark.airflow_current_only
 def test_a_restatement_asked_by_dag_run_conf_is_refused_at_once(
     airflow_db: str, spark: Any, ds_dag: tuple[Any, str, str]
 ) -> None:
