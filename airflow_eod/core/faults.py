@@ -7,7 +7,10 @@ the cleanup). A point is armed with ``EOD_FAULTPOINTS="after_commit=raise@1,afte
 ``raise`` throws :class:`InjectedFault`, ``kill`` sends SIGKILL to the process,
 ``killafter:S`` sends it S seconds later from a timer thread (so the process dies at a
 random moment of whatever runs next: Spark reading or writing), ``sleep:S`` pauses S
-seconds (to open a race window on purpose), ``@N`` limits the point to try number N, and
+seconds (to open a race window on purpose), ``meet:DIR:N`` waits until N processes have
+reached the point with the same DIR (each leaves a file there; at most 120 s, then it goes
+on), so that racers pass the boundary together whatever their start-ups took, ``@N``
+limits the point to try number N, and
 ``#K`` fires it only the K-th time this process reaches it (``after_commit=raise@1#2``: the
 second commit of try 1, e.g. batch 2 of a catch-up run), and ``^PATH`` fires it only in the
 process that creates the file ``PATH`` first, once across processes (``before_commit=kill^/tmp/x``:
@@ -148,4 +151,29 @@ def fault_point(point: str) -> None:
         if action.startswith("sleep:"):
             time.sleep(float(action[len("sleep:") :]))
             continue
+        if action.startswith("meet:"):
+            _meet(action[len("meet:") :])
+            continue
         raise InjectedFault(f"injected fault at {point} (try {try_number})")
+
+
+# How long a ``meet`` waits for the others at most: a racer that died or never reached the
+# point must not hang its peers (the test's own race checks then fail, saying so).
+MEET_TIMEOUT_S = 120.0
+
+
+def _meet(spec: str) -> None:
+    """``meet:DIR:N``: leave this process's file in DIR, then wait until N files are there.
+
+    :param spec: ``DIR:N`` (DIR may hold colons: N is after the last one).
+    """
+    folder, _, count = spec.rpartition(":")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{os.getpid()}-{threading.get_ident()}"), "w"):
+        pass
+    deadline = time.monotonic() + MEET_TIMEOUT_S
+    while len(os.listdir(folder)) < int(count):
+        if time.monotonic() > deadline:
+            log.warning("fault point meet:%s: the others did not come within %.0f s", spec, MEET_TIMEOUT_S)
+            return
+        time.sleep(0.05)

@@ -413,6 +413,7 @@ def test_two_catch_up_runs_at_once_commit_each_batch_once(
 
 
 @pytest.mark.airflow
+@pytest.mark.airflow_current_only
 @pytest.mark.spark
 @pytest.mark.jdbc
 def test_a_jdbc_catch_up_task_loads_1670_rows_in_two_batches(

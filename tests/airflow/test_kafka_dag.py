@@ -42,6 +42,7 @@ def _run(module: ModuleType, when: datetime, faults: str, monkeypatch: pytest.Mo
         monkeypatch.delenv("EOD_FAULTPOINTS")
 
 
+@pytest.mark.airflow_current_only
 def test_the_kafka_dag_retries_crashes_after_and_before_a_commit_and_drains_the_topic(
     airflow_db: str, spark: Any, kafka_broker: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -130,6 +131,7 @@ def test_a_sasl_connection_loads_and_its_password_is_written_nowhere(
     assert os.path.isdir(os.path.join(table, "_eod")) and seen > 3, "the plan log and commits were read"
 
 
+@pytest.mark.airflow_current_only
 def test_deleted_records_end_the_task_and_one_run_s_conf_accepts_the_loss_without_a_dag_change(
     airflow_db: str, spark: Any, kafka_broker: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,7 +17,13 @@ from tests.conftest import REPO
 from tests.support.helpers import load_dag_file, task_tries, xcom_value
 from tests.support.merge_helpers import Change, check_merge, write_changes
 
-pytestmark = [pytest.mark.merge, pytest.mark.faults, pytest.mark.airflow, pytest.mark.spark]
+pytestmark = [
+    pytest.mark.merge,
+    pytest.mark.faults,
+    pytest.mark.airflow,
+    pytest.mark.spark,
+    pytest.mark.airflow_current_only,
+]
 
 TASK = "merge_changes"
 

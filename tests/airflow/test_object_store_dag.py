@@ -18,7 +18,13 @@ from airflow_eod.examples.sample_data import write_order_files
 from tests.conftest import REPO
 from tests.support.helpers import check, load_dag_file, task_tries, xcom_value
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.objectstore, pytest.mark.faults]
+pytestmark = [
+    pytest.mark.airflow,
+    pytest.mark.spark,
+    pytest.mark.objectstore,
+    pytest.mark.faults,
+    pytest.mark.airflow_current_only,
+]
 
 
 def test_the_example_dag_loads_into_s3_once_with_a_connection(

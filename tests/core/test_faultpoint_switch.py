@@ -125,3 +125,33 @@ def test_a_production_driver_with_a_stray_kill_point_loads_its_batch(
     cmp = check(table, landing)
     assert cmp.exact, cmp.describe()
     assert cmp.table_rows == 40
+
+
+def test_meet_holds_each_racer_until_all_have_reached_the_point(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """``meet:DIR:N`` (the racing tests' rendezvous, instead of a long sleep): a racer waits
+    at the point until N have reached it, then all go on; a lone racer waits out the timeout
+    and goes on (its test's race checks then fail, not hang)."""
+    monkeypatch.setenv(faults.TESTING_SWITCH, "1")
+    monkeypatch.setenv(faults.ENV_VAR, f"before_commit=meet:{tmp_path / 'meet'}:3")
+    passed: list[int] = []
+
+    def racer(n: int) -> None:
+        fault_point("before_commit")
+        passed.append(n)
+
+    first = [threading.Thread(target=racer, args=(n,)) for n in (1, 2)]
+    for t in first:
+        t.start()
+    for t in first:
+        t.join(timeout=0.5)
+    assert passed == [], passed  # two of three have come: both still wait
+    last = threading.Thread(target=racer, args=(3,))
+    last.start()
+    for t in [*first, last]:
+        t.join(timeout=10)
+    assert sorted(passed) == [1, 2, 3]
+    monkeypatch.setattr(faults, "MEET_TIMEOUT_S", 0.2)
+    monkeypatch.setenv(faults.ENV_VAR, f"before_commit=meet:{tmp_path / 'alone'}:2")
+    fault_point("before_commit")  # returns after the timeout

@@ -449,8 +449,8 @@ def test_two_processes_loading_the_same_batch_commit_once(landing: str, table: s
     write_order_files(landing, 2, 50)
     source = orders_source(landing)
     plan = plan_for(source, table)
-    # Both pause between their ask and their write (longer than their JVMs' start-up differs).
-    faults = "before_commit=sleep:8"
+    # Both wait between their ask and their write until the other is there too.
+    faults = f"before_commit=meet:{tmp_path}/meet:2"
     kids = [
         run_child(ds_spec(source, table, plan, try_number=n), str(tmp_path), faults, name, _child_env())
         for n, name in ((1, "a"), (2, "b"))
@@ -600,6 +600,7 @@ def ds_dag(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any
 
 
 @pytest.mark.airflow
+@pytest.mark.airflow_current_only
 @pytest.mark.faults
 def test_the_operator_under_dag_test_retries_a_commit_it_never_asked_about(
     airflow_db: str, spark: Any, ds_dag: tuple[Any, str, str], monkeypatch: pytest.MonkeyPatch
@@ -622,6 +623,7 @@ def test_the_operator_under_dag_test_retries_a_commit_it_never_asked_about(
 
 
 @pytest.mark.airflow
+@pytest.mark.airflow_current_only
 def test_a_restatement_asked_by_dag_run_conf_is_refused_at_once(
     airflow_db: str, spark: Any, ds_dag: tuple[Any, str, str]
 ) -> None:

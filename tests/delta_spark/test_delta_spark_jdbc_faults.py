@@ -266,7 +266,7 @@ def test_two_drivers_loading_the_same_jdbc_batch_commit_once(
     spark: Any, postgres: Any, table: str, tmp_path: Any
 ) -> None:
     """Two processes (two JVMs, two Delta Spark writers) load the same frozen key range,
-    both pausing between their ask and their write longer than their start-ups differ."""
+    both waiting between their ask and their write until the other is there too."""
     name = "dsjf_procs"
     src = _offsets(postgres, name, 40)
     ctx = ReadContext(spark_factory=lambda: spark, credentials=_creds(postgres))
@@ -286,7 +286,7 @@ def test_two_drivers_loading_the_same_jdbc_batch_commit_once(
                 settings=LoadSettings(engine=ENGINE, run_id="r1", try_number=n),
             ),
             str(tmp_path),
-            "before_commit=sleep:8",
+            f"before_commit=meet:{tmp_path}/meet:2",
             who,
             _child_env(postgres),
         )

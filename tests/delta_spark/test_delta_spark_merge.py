@@ -286,10 +286,14 @@ def test_two_drivers_merging_the_same_batch_commit_once(spark: Any, tmp_path: An
     write_changes(landing, "c-0001.csv", FIRST)
     _load(spark, landing, table, "run-1")
     write_changes(landing, "c-0002.csv", SECOND)
-    # Both pause between their ask and their MERGE, longer than their JVMs' start-ups differ.
+    # Both wait between their ask and their MERGE until the other is there too.
     kids = [
         run_child(
-            _spec(landing, table, "run-2", n), str(tmp_path), "before_commit=sleep:8", name, _child_env()
+            _spec(landing, table, "run-2", n),
+            str(tmp_path),
+            f"before_commit=meet:{tmp_path}/meet:2",
+            name,
+            _child_env(),
         )
         for n, name in ((1, "a"), (2, "b"))
     ]

@@ -368,13 +368,13 @@ def test_two_attempts_racing_commit_the_batch_and_its_rejects_once(
     _bad_file(landing, "b", ["b1", "b2", "b3"])
     source = orders_source(landing)
     plan = plan_for(source, table)
-    # Both racers pause between their ask and their commit, after staging their rejects, so
-    # both have asked "no" before either commits.
+    # Both racers wait between their ask and their commit, after staging their rejects, until
+    # the other is there too, so both have asked "no" before either commits.
     a, b = (
         run_child(
             spec_for(source, table, plan, try_number=n, quarantine_table_uri=quarantine),
             str(tmp_path),
-            "before_commit=sleep:8",
+            f"before_commit=meet:{tmp_path}/meet:2",
             name,
         )
         for n, name in ((1, "a"), (2, "b"))

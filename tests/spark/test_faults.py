@@ -83,11 +83,12 @@ def test_two_processes_loading_the_same_batch_commit_once(landing: str, table: s
     write_order_files(landing, 4, 50)
     source = orders_source(landing)
     plan = plan_for(source, table)
-    # Both racers pause between their ask and their commit (longer than their JVMs' start-up
-    # differs), so both have asked "no" before either commits: the fencing, not the timing,
-    # must pick the winner.
-    a = run_child(spec_for(source, table, plan, try_number=1), str(tmp_path), "before_commit=sleep:8", "a")
-    b = run_child(spec_for(source, table, plan, try_number=2), str(tmp_path), "before_commit=sleep:8", "b")
+    # Both racers wait between their ask and their commit until the other is there too (a
+    # rendezvous, not a sleep longer than their JVMs' start-ups differ), so both have asked
+    # "no" before either commits: the fencing, not the timing, must pick the winner.
+    meet = f"before_commit=meet:{tmp_path}/meet:2"
+    a = run_child(spec_for(source, table, plan, try_number=1), str(tmp_path), meet, "a")
+    b = run_child(spec_for(source, table, plan, try_number=2), str(tmp_path), meet, "b")
     outs = [p.communicate(timeout=300)[0].decode() for p in (a, b)]
     assert a.returncode == 0 and b.returncode == 0, "\n".join(o[-1500:] for o in outs)
     results = [json.load(open(os.path.join(str(tmp_path), f"{n}-result.json"))) for n in "ab"]

@@ -151,12 +151,13 @@ def test_two_intervals_loaded_in_parallel_processes_are_both_committed(tmp_path:
         landing = str(tmp_path / "landing" / f"day{day}")
         write_order_files(landing, 2, 25, first_id=1 + day * 1000)
         source = orders_source(landing, boundary="interval")
-        # Both pause between their ask and their commit, so the commits really overlap.
+        # Both wait between their ask and their commit until the other is there too, so the
+        # commits really overlap.
         procs.append(
             run_child(
                 spec_for(source, table, _interval_plan(source, table, day)),
                 str(tmp_path),
-                "before_commit=sleep:8",
+                f"before_commit=meet:{tmp_path}/meet:2",
                 f"day{day}",
             )
         )
@@ -254,7 +255,10 @@ def test_two_attempts_racing_to_restate_commit_one_generation(tmp_path: Any, tab
     )
     procs = [
         run_child(spec_for(source, table, target, restate=True, try_number=n), str(tmp_path), faults, f"r{n}")
-        for n, faults in ((1, "before_commit=sleep:8"), (2, "before_commit=sleep:8"))
+        for n, faults in (
+            (1, f"before_commit=meet:{tmp_path}/meet:2"),
+            (2, f"before_commit=meet:{tmp_path}/meet:2"),
+        )
     ]
     outs = [p.communicate(timeout=300)[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-1500:] for o in outs)

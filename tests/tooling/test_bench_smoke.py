@@ -42,17 +42,32 @@ def _smoke_rows(work: str, *extra: str) -> list[dict[str, Any]]:
     return rows
 
 
-def test_every_benchmark_area_runs(tmp_path: str) -> None:
+RESULTS = os.path.join(REPO, "benchmarks", "results")
+
+
+def _mtimes() -> dict[str, int]:
+    return {n: os.stat(os.path.join(RESULTS, n)).st_mtime_ns for n in os.listdir(RESULTS)}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """One ``benchmarks.run --smoke`` of every area for the whole module, and the committed
+    results' mtimes taken before it. The engines and merge areas of this run are the ones
+    ``--only engines`` / ``--only merge`` would run (same Settings.smoke, same Delta Spark
+    jars), so their tests read its rows instead of starting a second and third JVM run of
+    the same areas (CI time: about 65 s)."""
+    before = _mtimes()
+    return _smoke_rows(os.path.join(str(tmp_path_factory.mktemp("smoke")), "bench")), before
+
+
+def test_every_benchmark_area_runs(smoke: tuple[list[dict[str, Any]], dict[str, int]]) -> None:
     """``python -m benchmarks.run --smoke``: exit 0, no area crashed, each area's rows there
     (the peer area with both its cases), and the run wrote its JSON into the work directory
     only, not over the committed results."""
     postgres = _bindir() is not None and os.path.exists(JDBC_JAR)
     if not postgres and os.environ.get("EOD_REQUIRE_POSTGRES"):
         pytest.fail("PostgreSQL binaries or its JDBC jar are missing (the history area's jdbc figures)")
-    work = os.path.join(str(tmp_path), "bench")
-    results = os.path.join(REPO, "benchmarks", "results")
-    before = {n: os.stat(os.path.join(results, n)).st_mtime_ns for n in os.listdir(results)}
-    rows = _smoke_rows(work)
+    rows, before = smoke
     errors = [r for r in rows if r["status"] == "ERROR"]
     if not postgres:  # without the binaries only the jdbc history cannot run, and says why
         errors = [r for r in errors if "jdbc" not in r["figure"]]
@@ -65,19 +80,20 @@ def test_every_benchmark_area_runs(tmp_path: str) -> None:
     for case in ("one file", "partitioned"):
         assert any(f.startswith(f"{case}:") and "airflow-eod, total" in f for f in peer), peer
     assert all(r["value"] is not None for r in rows if r["area"] in ("load", "peer")), rows
-    after = {n: os.stat(os.path.join(results, n)).st_mtime_ns for n in os.listdir(results)}
-    assert after == before, "a smoke run must not overwrite benchmarks/results"
+    assert _mtimes() == before, "a smoke run must not overwrite benchmarks/results"
 
 
 @pytest.mark.delta_spark
-def test_the_engines_area_loads_with_both_engines_beside_a_plain_delta_write(tmp_path: str) -> None:
-    """``benchmarks.run --smoke --only engines`` with the Delta Spark jars: the plain Spark
+def test_the_engines_area_loads_with_both_engines_beside_a_plain_delta_write(
+    smoke: tuple[list[dict[str, Any]], dict[str, int]],
+) -> None:
+    """The engines area of the smoke run, with the Delta Spark jars: the plain Spark
     Delta write, the delta-spark load and the delta-rs load each measured (the area checks
     that every load committed its rows and every table holds all it was given, or it
     crashes), the two loads as ratios against the plain write."""
-    rows = _smoke_rows(os.path.join(str(tmp_path), "bench"), "--only", "engines")
+    rows = smoke[0]
     engines = [r for r in rows if r["area"] == "engines"]
-    assert [r for r in rows if r["status"] == "ERROR"] == [], rows
+    assert [r for r in engines if r["status"] == "ERROR"] == [], engines
     figures = [r["figure"] for r in engines]
     assert any("plain Spark Delta write" in f for f in figures), figures
     for engine in ("delta-spark", "delta-rs"):
@@ -88,16 +104,18 @@ def test_the_engines_area_loads_with_both_engines_beside_a_plain_delta_write(tmp
 
 
 @pytest.mark.delta_spark
-def test_the_merge_area_merges_with_airflow_eod_beside_a_delta_spark_merge(tmp_path: str) -> None:
-    """``benchmarks.run --smoke --only merge`` with the Delta Spark jars: for each change batch
+def test_the_merge_area_merges_with_airflow_eod_beside_a_delta_spark_merge(
+    smoke: tuple[list[dict[str, Any]], dict[str, int]],
+) -> None:
+    """The merge area of the smoke run, with the Delta Spark jars: for each change batch
     the airflow-eod merge load and Delta Spark's MERGE are measured side by side, as ratios,
     and both tables equal the reference (the area crashes if they do not), with the files and
     rows each rewrote."""
     from benchmarks.merge import CASES
 
-    rows = _smoke_rows(os.path.join(str(tmp_path), "bench"), "--only", "merge")
+    rows = smoke[0]
     merge = [r for r in rows if r["area"] == "merge"]
-    assert [r for r in rows if r["status"] == "ERROR"] == [], rows
+    assert [r for r in merge if r["status"] == "ERROR"] == [], merge
     for case in CASES:
         mine = {r["figure"].split("): ", 1)[1]: r for r in merge if f", {case.name} (" in r["figure"]}
         eod = mine["airflow-eod merge load (delta-rs engine), wall"]
