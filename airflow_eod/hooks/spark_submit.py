@@ -154,15 +154,25 @@ class SparkSubmit:
         """Stop the submitted application, best effort: spark-submit, and in YARN cluster mode
         the application itself (its driver does not end with spark-submit)."""
         app = self.application_id
-        if app is None or shutil.which("yarn") is not None:
+        if app is None or hadoop_yarn_command():
             self._hook.on_kill()  # the hook's own YARN kill: `yarn application -kill`
             return
-        self._hook._yarn_application_id = None  # the hook would run a `yarn` that is not there
+        # The hook would run a `yarn` that is not there, or not Hadoop's.
+        self._hook._yarn_application_id = None
         try:
             self._hook.on_kill()
         finally:
             self._hook._yarn_application_id = app
         kill_yarn_application(app, env=getattr(self._hook, "_env", None))
+
+
+def hadoop_yarn_command() -> bool:
+    """Whether the ``yarn`` on PATH is Hadoop's (``hadoop`` beside it, as in every Hadoop
+    install and package): a worker image with Node.js tooling has the JavaScript package
+    manager ``yarn``, whose ``yarn application -kill`` fails and would leave the application
+    running."""
+    found = shutil.which("yarn")
+    return found is not None and os.path.exists(os.path.join(os.path.dirname(found), "hadoop"))
 
 
 def spark_jars_dir() -> str | None:

@@ -1,0 +1,243 @@
+"""Adversary of issue 24 (YARN): a re-attempted driver's id, the kill of a cluster-mode
+application, and where a cluster-mode driver's credentials go."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import zipfile
+from typing import Any
+
+import pytest
+
+from tests.support.yarn_runs import (
+    app_ids,
+    driver_faults,
+    finish,
+    new_applications,
+    start_run,
+    wait_for,
+    yarn_task_env,
+)
+
+
+@pytest.fixture
+def yarn_env(
+    mini_yarn: Any, airflow_db: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    env = {
+        **yarn_task_env(mini_yarn),
+        "EOD_TEST_LANDING": str(tmp_path / "landing"),
+        "EOD_TEST_TABLE": str(tmp_path / "table"),
+        "EOD_TEST_JDBC_TABLE": str(tmp_path / "jdbc_table"),
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("EOD_FAULTPOINTS", raising=False)
+    return env
+
+
+def _staging_conf(cluster: Any, app_id: str) -> bytes | None:
+    """The ``__spark_conf__.properties`` of ``app_id``'s staging directory on HDFS (WebHDFS),
+    or ``None`` when the directory is gone."""
+    import getpass
+    import urllib.error
+    import urllib.request
+
+    path = f"/user/{getpass.getuser()}/.sparkStaging/{app_id}/__spark_conf__.zip"
+    url = f"http://{cluster.props['dfs.namenode.http-address']}/webhdfs/v1{path}?op=OPEN&user.name={getpass.getuser()}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            data = resp.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        return zf.read("__spark_conf__.properties")
+
+
+def _running(cluster: Any, before: set[str]) -> str | None:
+    for app in new_applications(cluster, before):
+        if app["state"] == "RUNNING":
+            return str(app["id"])
+    return None
+
+
+def _staged(table: str) -> bool:
+    for dirpath, _dirs, files in os.walk(table):
+        if "_delta_log" not in dirpath and any(f.endswith(".parquet") for f in files):
+            return True
+    return False
+
+
+@pytest.mark.yarn
+@pytest.mark.spark
+@pytest.mark.airflow
+@pytest.mark.slow
+@pytest.mark.jdbc
+@pytest.mark.faults
+def test_a_killed_cluster_mode_jdbc_load_leaves_no_password_on_hdfs(
+    mini_yarn: Any, yarn_env: dict[str, str], postgres: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """on_kill of a cluster-mode JDBC load: spark-submit is SIGKILLed (it never cleans its
+    staging directory) and the application killed (its first attempt is not its last, so
+    its ApplicationMaster leaves the staging directory for a re-attempt that never comes).
+    The source's password must not stay on HDFS in Spark's ``__spark_conf__.zip``."""
+    from tests.support.jdbc_helpers import airflow_connection, create_orders, insert_orders
+
+    postgres.execute("DROP TABLE IF EXISTS orders_yarn")
+    create_orders(postgres, "orders_yarn")
+    insert_orders(postgres, "orders_yarn", range(1, 21))
+    monkeypatch.setenv("AIRFLOW_CONN_EOD_TEST_PG", airflow_connection(postgres))
+    table = yarn_env["EOD_TEST_JDBC_TABLE"]
+    before = app_ids(mini_yarn)
+    child = start_run("jdbc_cluster", None, conf=driver_faults("before_commit=sleep:120"))
+    try:
+        app = wait_for(lambda: _running(mini_yarn, before), 180, "the application to run")
+        wait_for(lambda: _staged(table), 180, "the driver to stage its files")
+        child.send_signal(signal.SIGTERM)
+        run, _log = finish(child)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    ended = mini_yarn.wait_finished(app, timeout=90)
+    assert ended["state"] == "KILLED", ended
+    assert run["state"] == "failed"
+    conf = _staging_conf(mini_yarn, app)
+    print(f"killed {app}: staging directory {'left' if conf is not None else 'gone'}")
+    assert conf is None or postgres.password.encode() not in conf, (
+        f"the source's password stays on HDFS in .sparkStaging/{app}/__spark_conf__.zip "
+        "after the task's on_kill"
+    )
+
+
+def _batch() -> Any:
+    from airflow_eod.core.batch import BatchKey
+
+    return BatchKey("tests.adv24", "i-20261102T000000Z-20261103T000000Z")
+
+
+def _frozen(batch: Any) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(plan=SimpleNamespace(key=batch, generation=0))
+
+
+def test_a_rerun_that_commits_keeps_its_own_files_and_removes_the_dead_runs(tmp_path: Any) -> None:
+    """YARN's second run of attempt X (X.r2) stages beside the dead run's g0-X and commits:
+    the settle step keeps g0-X.r2 (the committed files) and removes g0-X; the task that
+    submitted X takes the commit for its own; the dead run, were it a zombie that goes on to
+    commit, loses to the table (one commit)."""
+    import pyarrow as pa
+
+    from airflow_eod.core.ask import ask
+    from airflow_eod.core.attempt import rerun_attempt_id
+    from airflow_eod.core.load_commit import commit_batch
+    from airflow_eod.core.load_flow import decide_submitted
+    from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED
+    from airflow_eod.core.settle import settle_committed
+    from airflow_eod.core.table_layout import batch_dir
+    from airflow_eod.core.table_ref import TableRef
+    from tests.support.helpers import stage_data
+
+    table = str(tmp_path / "t")
+    ref, batch = TableRef.parse(table), _batch()
+    first = "0123456789abcdef"
+    rerun = rerun_attempt_id(first, 2)
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    dead = stage_data(table, batch, rows, attempt=first)
+    again = stage_data(table, batch, rows, attempt=rerun)
+    ours, status = commit_batch(ref, batch, 0, *again)
+    assert ours and status.manifest is not None and status.manifest.attempt_id == rerun
+    settle_committed(ref, status)
+    left = sorted(os.listdir(os.path.join(table, batch_dir(batch))))
+    assert left == [f"g0-{rerun}"], left
+
+    result, _ = decide_submitted(ref, _frozen(batch), first, None)
+    assert result.outcome == COMMITTED
+    # Another try of the task (its own id) finds the batch committed by someone else.
+    assert decide_submitted(ref, _frozen(batch), "fedcba9876543210", None)[0].outcome == ALREADY_COMMITTED
+
+    # The first run as a zombie: its files were removed, it commits its manifest anyway.
+    from airflow_eod.core.errors import BatchError
+
+    try:
+        zombie_ours, _after = commit_batch(ref, batch, 0, *dead)
+        assert not zombie_ours
+    except BatchError as exc:  # its staged files are gone: refused (the driver then asks the table)
+        assert "gone before their commit" in exc.cause
+    assert ask(ref, batch).table_version == status.table_version, "one commit"
+    assert sorted(os.listdir(os.path.join(table, batch_dir(batch)))) == [f"g0-{rerun}"]
+
+
+class _Hook:
+    """What SparkSubmit.on_kill reads of SparkSubmitHook: the application id, the hook's own
+    kill (it runs ``yarn application -kill <id>`` when it has an id, as the provider does)."""
+
+    def __init__(self, app: str | None) -> None:
+        self._yarn_application_id = app
+        self._env: dict[str, str] | None = None
+        self.ran: list[list[str]] = []
+
+    def on_kill(self) -> None:
+        import subprocess
+
+        if self._yarn_application_id:
+            cmd = ["yarn", "application", "-kill", self._yarn_application_id]
+            self.ran.append(cmd)
+            subprocess.run(cmd, capture_output=True, check=False)
+
+
+def test_on_kill_kills_the_application_when_the_yarn_on_path_is_nodes_package_manager(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker image with Node.js tooling has ``yarn`` on PATH: the JavaScript package manager,
+    not Hadoop's. ``yarn application -kill <id>`` then fails ("Command "application" not
+    found"), and the cluster-mode driver loads on after the task was stopped: on_kill must
+    still kill the YARN application (YARN's ApplicationCLI, as without a ``yarn``)."""
+    import airflow_eod.hooks.spark_submit as spark_submit
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    node_yarn = bin_dir / "yarn"
+    node_yarn.write_text("#!/bin/sh\necho 'error Command \"application\" not found.' >&2\nexit 1\n")
+    node_yarn.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    killed: list[str] = []
+    monkeypatch.setattr(
+        spark_submit, "kill_yarn_application", lambda app, env=None: killed.append(app) or True
+    )
+    submit = object.__new__(spark_submit.SparkSubmit)
+    hook = _Hook("application_1764200000000_0007")
+    submit._hook = hook
+    submit.on_kill()
+    assert killed == ["application_1764200000000_0007"], (
+        f"the hook ran {hook.ran} (Node's yarn: exit 1) and the YARN application was not killed"
+    )
+
+
+def test_on_kill_leaves_the_kill_to_hadoops_yarn_command(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker with Hadoop's client installed (``yarn`` beside ``hadoop``): the hook kills
+    with it (and its Kerberos set-up), nothing else."""
+    import airflow_eod.hooks.spark_submit as spark_submit
+
+    bin_dir = tmp_path / "hadoop" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("yarn", "hadoop"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    killed: list[str] = []
+    monkeypatch.setattr(
+        spark_submit, "kill_yarn_application", lambda app, env=None: killed.append(app) or True
+    )
+    submit = object.__new__(spark_submit.SparkSubmit)
+    hook = _Hook("application_1764200000000_0008")
+    submit._hook = hook
+    submit.on_kill()
+    assert hook.ran == [["yarn", "application", "-kill", "application_1764200000000_0008"]]
+    assert killed == []
