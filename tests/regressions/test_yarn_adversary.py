@@ -179,6 +179,7 @@ class _Hook:
     def __init__(self, app: str | None) -> None:
         self._yarn_application_id = app
         self._env: dict[str, str] | None = None
+        self._connection: dict[str, Any] = {}
         self.ran: list[list[str]] = []
 
     def on_kill(self) -> None:
@@ -218,26 +219,68 @@ def test_on_kill_kills_the_application_when_the_yarn_on_path_is_nodes_package_ma
     )
 
 
-def test_on_kill_leaves_the_kill_to_hadoops_yarn_command(
+def test_the_kill_uses_hadoops_yarn_command_when_there_is_one(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A worker with Hadoop's client installed (``yarn`` beside ``hadoop``): the hook kills
-    with it (and its Kerberos set-up), nothing else."""
+    """A worker with Hadoop's client installed (``yarn`` beside ``hadoop``) kills with it."""
     import airflow_eod.hooks.spark_submit as spark_submit
 
     bin_dir = tmp_path / "hadoop" / "bin"
     bin_dir.mkdir(parents=True)
+    said = tmp_path / "yarn-args"
+    (bin_dir / "yarn").write_text(f'#!/bin/sh\necho "$@" > {said}\n')
+    (bin_dir / "hadoop").write_text("#!/bin/sh\nexit 0\n")
     for name in ("yarn", "hadoop"):
-        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    killed: list[str] = []
-    monkeypatch.setattr(
-        spark_submit, "kill_yarn_application", lambda app, env=None: killed.append(app) or True
-    )
+    assert spark_submit.hadoop_yarn_command()
+    assert spark_submit.kill_yarn_application("application_1764200000000_0008")
+    assert said.read_text().split() == ["application", "-kill", "application_1764200000000_0008"]
+
+
+def test_on_kill_kills_the_application_before_spark_submit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The application is killed while spark-submit still watches it (spark-submit then removes
+    the staging directory that holds the driver's secrets), and spark-submit ends after."""
+    import subprocess
+    import sys
+
+    import airflow_eod.hooks.spark_submit as spark_submit
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    alive_at_kill: list[bool] = []
+
+    def kill(app: str, env: Any = None) -> bool:
+        alive_at_kill.append(process.poll() is None)
+        process.terminate()  # what spark-submit does when it sees its application KILLED
+        return True
+
+    monkeypatch.setattr(spark_submit, "kill_yarn_application", kill)
     submit = object.__new__(spark_submit.SparkSubmit)
-    hook = _Hook("application_1764200000000_0008")
+    hook = _Hook("application_1764200000000_0009")
+    hook._submit_sp = process  # type: ignore[attr-defined]
     submit._hook = hook
-    submit.on_kill()
-    assert hook.ran == [["yarn", "application", "-kill", "application_1764200000000_0008"]]
-    assert killed == []
+    try:
+        submit.on_kill()
+    finally:
+        process.kill()
+        process.wait()
+    assert alive_at_kill == [True], "the application was killed after spark-submit"
+    assert hook.ran == [], "the hook did not kill the application again"
+    assert hook._yarn_application_id == "application_1764200000000_0009"
+
+
+def test_a_point_armed_once_does_nothing_without_the_testing_switch(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``^PATH`` on a production worker (EOD_FAULTPOINTS copied from a test set-up, no
+    EOD_FAULTPOINTS_TESTING=1): the point neither fires nor creates PATH."""
+    from airflow_eod.core import faults
+    from airflow_eod.core.attempt import attempt
+
+    marker = tmp_path / "fired"
+    monkeypatch.delenv(faults.TESTING_SWITCH, raising=False)
+    monkeypatch.setenv(faults.ENV_VAR, f"before_commit=kill^{marker},after_commit=raise#1^{marker}")
+    with attempt(1):
+        faults.fault_point("before_commit")
+        faults.fault_point("after_commit")
+    assert not marker.exists()
