@@ -284,3 +284,49 @@ def test_a_point_armed_once_does_nothing_without_the_testing_switch(
         faults.fault_point("before_commit")
         faults.fault_point("after_commit")
     assert not marker.exists()
+
+
+@pytest.mark.spark
+def test_a_zombie_first_run_and_yarns_rerun_of_the_same_spec_race_into_one_commit(tmp_path: Any) -> None:
+    """The race of a YARN re-attempt whose first attempt is still alive (its NodeManager was
+    lost, not the process): two drivers of the same spec, one as X and one as X.r2 (as the
+    driver rewrites it), both past their staging when either commits. One commit; the task
+    that submitted X takes it for its own; only the committed attempt's directory is left."""
+    import dataclasses
+    import json
+
+    from airflow_eod.core.attempt import rerun_attempt_id
+    from airflow_eod.core.load_flow import decide_submitted
+    from airflow_eod.core.result import COMMITTED
+    from airflow_eod.core.table_layout import batch_dir
+    from airflow_eod.core.table_ref import TableRef
+    from airflow_eod.examples.sample_data import write_order_files
+    from tests.support.helpers import check, lost_races, orders_source, plan_for, run_child, spec_for
+    from tests.support.yarn_runs import batch_commits
+
+    landing, table = str(tmp_path / "landing"), str(tmp_path / "table")
+    write_order_files(landing, 2, 10)
+    source = orders_source(landing)
+    plan = plan_for(source, table)
+    first = "0123456789abcdef"
+    spec = spec_for(source, table, plan, attempt_id=first)
+    rerun = dataclasses.replace(spec, attempt_id=rerun_attempt_id(first, 2))
+    env = {"EOD_FAULTPOINTS_TESTING": "1", "SPARK_LOCAL_IP": "127.0.0.1"}
+    procs = [
+        run_child(s, str(tmp_path), "before_commit=sleep:8", name, env=env)
+        for s, name in ((spec, "first"), (rerun, "rerun"))
+    ]
+    outs = [p.communicate(timeout=300)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-1500:] for o in outs)
+    results = [json.load(open(tmp_path / f"{n}-result.json")) for n in ("first", "rerun")]
+    print("first run, re-run:", [r["outcome"] for r in results])
+    assert sorted(r["outcome"] for r in results) == ["already_committed", "committed"]
+    assert sum(lost_races(o) for o in outs) >= 1, "they did not race"
+    assert len(batch_commits(table)) == 1
+    result, status = decide_submitted(TableRef.parse(table), _frozen(plan.key), first, None)
+    assert result.outcome == COMMITTED
+    assert status.manifest is not None
+    left = os.listdir(os.path.join(table, batch_dir(plan.key)))
+    assert left == [f"g0-{status.manifest.attempt_id}"], left
+    cmp = check(table, landing)
+    assert cmp.exact and cmp.table_rows == 20, cmp.describe()
