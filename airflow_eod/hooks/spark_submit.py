@@ -46,6 +46,9 @@ _EARLY_RETURN_CONF = ("spark.yarn.submit.waitAppCompletion", "spark.kubernetes.s
 # wheel) carries: `yarn application -kill` without a Hadoop install.
 _YARN_CLI_CLASS = "org.apache.hadoop.yarn.client.cli.ApplicationCLI"
 _KILL_TIMEOUT_S = 60.0
+# How long spark-submit is given to see its application killed and remove its staging
+# directory (it asks YARN every spark.yarn.report.interval, 1 s by default).
+_CLEANUP_WAIT_S = 10.0
 log = logging.getLogger(__name__)
 
 
@@ -154,15 +157,48 @@ class SparkSubmit:
         """Stop the submitted application, best effort: spark-submit, and in YARN cluster mode
         the application itself (its driver does not end with spark-submit)."""
         app = self.application_id
-        if app is None or shutil.which("yarn") is not None:
-            self._hook.on_kill()  # the hook's own YARN kill: `yarn application -kill`
+        if app is None:
+            self._hook.on_kill()
             return
-        self._hook._yarn_application_id = None  # the hook would run a `yarn` that is not there
+        # The application first, while spark-submit still watches it: seeing it KILLED,
+        # spark-submit removes its staging directory on HDFS, whose __spark_conf__.zip holds
+        # the driver's appMasterEnv settings (the source's password, the storage options) in
+        # clear. In the hook's order (spark-submit SIGKILLed first) nothing removes it: the
+        # ApplicationMaster of an attempt that is not the last leaves it for a re-attempt.
+        killed = kill_yarn_application(app, env=self._kill_env())
+        process = getattr(self._hook, "_submit_sp", None)
+        if killed and process is not None:
+            try:
+                process.wait(timeout=_CLEANUP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass  # the hook kills it now
+        self._hook._yarn_application_id = None  # killed above: the hook kills spark-submit only
         try:
             self._hook.on_kill()
         finally:
             self._hook._yarn_application_id = app
-        kill_yarn_application(app, env=getattr(self._hook, "_env", None))
+
+    def _kill_env(self) -> dict[str, str]:
+        """The environment of the kill, as the hook gives its own: its ``env_vars``, and the
+        ticket cache it renews from the connection's keytab."""
+        env = dict(getattr(self._hook, "_env", None) or {})
+        connection = self._connection()
+        if connection.get("keytab") is not None and connection.get("principal") is not None:
+            from airflow.providers.common.compat.sdk import conf as airflow_conf
+            from airflow.security.kerberos import renew_from_kt
+
+            renew_from_kt(connection["principal"], connection["keytab"], exit_on_fail=False)
+            env["KRB5CCNAME"] = airflow_conf.get_mandatory_value("kerberos", "ccache")
+        return env
+
+
+def hadoop_yarn_command() -> bool:
+    """Whether the ``yarn`` on PATH is Hadoop's (``hadoop`` beside it, as in every Hadoop
+    install and package): a worker image with Node.js tooling has the JavaScript package
+    manager ``yarn``, whose ``yarn application -kill`` fails and would leave the application
+    running."""
+    found = shutil.which("yarn")
+    return found is not None and os.path.exists(os.path.join(os.path.dirname(found), "hadoop"))
 
 
 def spark_jars_dir() -> str | None:
@@ -179,14 +215,18 @@ def spark_jars_dir() -> str | None:
 
 
 def kill_yarn_application(app_id: str, *, env: Mapping[str, str] | None = None) -> bool:
-    """Kill a YARN application with YARN's own client (``ApplicationCLI``) on Spark's jars,
-    as ``yarn application -kill`` would, with the worker's ``HADOOP_CONF_DIR`` (and its
-    Kerberos ticket cache): for a worker that has Spark but no Hadoop install.
+    """Kill a YARN application with Hadoop's ``yarn application -kill``, or on a worker that
+    has Spark but no Hadoop install, with YARN's own client (``ApplicationCLI``) on Spark's
+    jars as that command would, with the worker's ``HADOOP_CONF_DIR`` (and its Kerberos
+    ticket cache).
 
     :param app_id: the application, ``application_<cluster>_<n>``.
     :param env: more environment (the hook's ``env_vars``).
     :returns: whether YARN said it killed it (or it had already ended).
     """
+    full_env = {**os.environ, **(env or {})}
+    if hadoop_yarn_command():
+        return _run_kill(["yarn", "application", "-kill", app_id], full_env, app_id)
     java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
     jars = spark_jars_dir()
     if jars is None:
@@ -194,7 +234,6 @@ def kill_yarn_application(app_id: str, *, env: Mapping[str, str] | None = None) 
             "could not kill YARN application %s: no SPARK_HOME and no pyspark to find Spark's jars", app_id
         )
         return False
-    full_env = {**os.environ, **(env or {})}
     # As Hadoop's `yarn` script does: the configuration directories first on the class path
     # (yarn-site.xml names the ResourceManager), then the client's jars.
     conf_dirs = [full_env[k] for k in ("HADOOP_CONF_DIR", "YARN_CONF_DIR") if full_env.get(k)]
@@ -203,6 +242,10 @@ def kill_yarn_application(app_id: str, *, env: Mapping[str, str] | None = None) 
     # retry for 15 minutes). The command's name comes first, as the `yarn` script passes it.
     wait = f"yarn.resourcemanager.connect.max-wait.ms={int(_KILL_TIMEOUT_S * 1000 / 2)}"
     argv = [java, "-cp", class_path, _YARN_CLI_CLASS, "application", "-D", wait, "-kill", app_id]
+    return _run_kill(argv, full_env, app_id)
+
+
+def _run_kill(argv: list[str], full_env: dict[str, str], app_id: str) -> bool:
     try:
         done = subprocess.run(
             argv,

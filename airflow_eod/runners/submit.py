@@ -150,8 +150,9 @@ class SubmitRun:
             if (submit.master or "").startswith("yarn"):
                 self.log.warning(
                     "batch %s: the source's credentials (or the table's storage options) reach the "
-                    "driver on the YARN cluster in its environment (spark.yarn.appMasterEnv): YARN "
-                    "keeps them in the NodeManager's localized __spark_conf__.zip and the container's "
+                    "driver on the YARN cluster in its environment (spark.yarn.appMasterEnv): Spark's "
+                    "staging directory on HDFS holds them while the application runs, and YARN keeps "
+                    "them in the NodeManager's localized __spark_conf__.zip and the container's "
                     "launch script, readable by the application's user and the NodeManager's; client "
                     "deploy mode keeps them on this worker (docs/deployment.md, YARN)",
                     label,
