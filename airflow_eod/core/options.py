@@ -95,7 +95,7 @@ def check_object_store_load(table: TableRef, *, engine: str, execution: str, qua
     elif execution != "local" and table.scheme not in SUBMIT_STORES:
         # A submitted driver gets the table's storage options in its environment and writes
         # over s3a (or hdfs, natively); Spark's writes to Azure and GCS are not supported yet.
-        why = f"execution={execution!r} (a submitted driver writes to S3 or HDFS only in this release; use 'local')"
+        why = f"execution={execution!r} (a submitted driver writes to S3 or HDFS only; use 'local')"
     if why:
         raise ConfigurationError(
             f"table {table} is on {'HDFS' if table.scheme == 'hdfs' else 'an object store'}: this release "

@@ -60,8 +60,10 @@ def yarn_env(
     return env
 
 
-@pytest.mark.parametrize("mode", ["client", "cluster"])
-def test_landing_files_load_on_yarn(mini_yarn: Any, yarn_env: dict[str, str], mode: str) -> None:
+def test_landing_files_load_on_yarn_in_client_mode(mini_yarn: Any, yarn_env: dict[str, str]) -> None:
+    """The driver in the task (client mode), the executors on YARN. (Cluster mode loads landing
+    files in every test below, into local and HDFS tables.)"""
+    mode = "client"
     landing, table = yarn_env["EOD_TEST_LANDING"], yarn_env["EOD_TEST_TABLE"]
     day = os.path.join(landing, DAY.date().isoformat())
     write_order_files(day, 3, 20)
@@ -132,6 +134,13 @@ def test_a_cluster_mode_driver_loads_an_hdfs_table(
     [app] = new_applications(mini_yarn, before)
     assert run["state"] == "success", log[-3000:] + mini_yarn.container_logs(app["id"])
     assert xcom_value(run["run_id"], "load")["outcome"] == COMMITTED
+    assert f"Identified spark application id: {app['id']}" in log, "the task log names the application"
+    assert f"spark-submit ran YARN application {app['id']}" in log, "and so does the decision"
+    print(
+        "\n".join(
+            line for line in log.splitlines() if "application_" in line and "Application report" not in line
+        )
+    )
     assert len(DeltaTable(table).history()) == 1
     cmp = check(table, day)
     assert cmp.exact and cmp.table_rows == 40, cmp.describe()
@@ -195,33 +204,45 @@ def test_jdbc_load_on_yarn_and_where_its_credentials_go(
 
 
 @pytest.mark.faults
-def test_on_kill_kills_the_cluster_mode_application(mini_yarn: Any, yarn_env: dict[str, str]) -> None:
+@pytest.mark.jdbc
+def test_on_kill_kills_the_cluster_mode_application_and_leaves_no_password_on_hdfs(
+    mini_yarn: Any, yarn_env: dict[str, str], postgres: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SIGTERM of the task (what Airflow sends when a task is stopped from the UI or times
-    out) runs the operator's on_kill: spark-submit ends, and so does the YARN application,
-    whose driver would otherwise load on; the worker has no ``yarn`` command. The retry loads
-    the batch once."""
+    out) runs the operator's on_kill, on a worker without a ``yarn`` command: the YARN
+    application is killed first (its driver would otherwise load on), then spark-submit,
+    which has removed its staging directory, whose ``__spark_conf__.zip`` holds the source's
+    password (the adversary of issue 24 found it left there when spark-submit was killed
+    first: tests/regressions/test_yarn_adversary.py). The retry loads the rows once."""
     assert shutil.which("yarn") is None, "this test shows the kill without Hadoop's CLI"
-    landing, table = yarn_env["EOD_TEST_LANDING"], yarn_env["EOD_TEST_TABLE"]
-    day = os.path.join(landing, DAY.date().isoformat())
-    write_order_files(day, 2, 15)
+    postgres.execute("DROP TABLE IF EXISTS orders_yarn")
+    create_orders(postgres, "orders_yarn")
+    insert_orders(postgres, "orders_yarn", range(1, 21))
+    monkeypatch.setenv("AIRFLOW_CONN_EOD_TEST_PG", airflow_connection(postgres))
+    table = yarn_env["EOD_TEST_JDBC_TABLE"]
     before = app_ids(mini_yarn)
-    child = start_run("landing_cluster", DAY, conf=driver_faults("before_commit=sleep:120"))
-    app = wait_for(lambda: _running(mini_yarn, before), 180, "the application to run")
-    wait_for(lambda: _staged(table), 180, "the driver to stage its files")
-    child.send_signal(signal.SIGTERM)
-    run, log = finish(child)
+    child = start_run("jdbc_cluster", None, conf=driver_faults("before_commit=sleep:120"))
+    try:
+        app = wait_for(lambda: _running(mini_yarn, before), 180, "the application to run")
+        wait_for(lambda: _staged(table), 180, "the driver to stage its files")
+        child.send_signal(signal.SIGTERM)
+        run, log = finish(child)
+    finally:
+        if child.poll() is None:
+            child.kill()
     ended = mini_yarn.wait_finished(app, timeout=90)
     assert ended["state"] == "KILLED", ended
     assert f"YARN application {app}: kill returned 0" in log, log[-4000:]
     assert run["state"] == "failed"
+    assert not mini_yarn.staging_exists(app), "the staging directory (and the password in it) is gone"
     assert not os.path.exists(os.path.join(table, "_delta_log")) or not batch_commits(table)
 
-    retry, log = finish(start_run("landing_cluster", DAY))
+    retry, log = finish(start_run("jdbc_cluster", None))
     assert retry["state"] == "success", log[-4000:]
     assert xcom_value(retry["run_id"], "load")["outcome"] == COMMITTED
     assert len(batch_commits(table)) == 1
-    cmp = check(table, day)
-    assert cmp.exact and cmp.table_rows == 30, cmp.describe()
+    cmp = check_against_postgres(postgres, "orders_yarn", table)
+    assert cmp.exact, cmp.describe()
 
 
 @pytest.mark.faults
