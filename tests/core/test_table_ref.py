@@ -54,7 +54,7 @@ def test_the_plan_log_keys_are_inside_the_table() -> None:
 @pytest.mark.parametrize(
     ("uri", "cause"),
     [
-        ("hdfs://nn/t", "object store's URI"),
+        ("wasb://c@a.blob.core.windows.net/t", "object store's URI"),
         ("s3://bucket", "names no folder in the bucket"),
         ("gs://bucket/", "names no folder in the bucket"),
         ("s3://bucket/a/../t", "'..'"),
