@@ -81,7 +81,7 @@ def _landing(**kwargs: Any) -> LandingFilesToDeltaOperator:
         ({"boundary": "intervals"}, "boundary 'intervals' is not one of"),
         ({"schema": "order_id INTEGR"}, "is not a Spark DDL schema"),
         ({"partition_by": ["order_day"]}, "partition_by ['order_day'] are not columns"),
-        ({"table_uri": "hdfs://nn/orders"}, "table_uri: table URI 'hdfs://nn/orders'"),
+        ({"table_uri": "wasb://c@a.blob.core.windows.net/o"}, "table_uri: table URI 'wasb://"),
         ({"quarantine_table_uri": "gs://b"}, "quarantine_table_uri: table URI"),
         ({"table_uri": "/lake/100%"}, "holds a '%'"),
     ],
