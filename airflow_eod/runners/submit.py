@@ -54,9 +54,14 @@ class SubmitTarget:
 SPARK_REDACTION_DEFAULT = "(?i)secret|password|token|access[.]?key"
 
 
-def with_secrets_redacted(conf: Mapping[str, str]) -> dict[str, str]:
+def with_secrets_redacted(conf: Mapping[str, str], secrets: Mapping[str, str]) -> dict[str, str]:
     """``conf`` with ``spark.redaction.regex`` extended to the driver's storage options
-    (the DAG's own regex, or Spark's default, with ``|EOD_STORAGE_OPTIONS`` added)."""
+    (the DAG's own regex, or Spark's default, with ``|EOD_STORAGE_OPTIONS`` added), when they
+    are among the driver's ``secrets``; otherwise ``conf`` as it is. Only then: the hook masks
+    its logged command from a setting whose value names ``password`` onwards, so the setting
+    would hide the arguments after it (``--jars``...) from the task log."""
+    if driver.STORAGE_OPTIONS_ENV not in secrets:
+        return dict(conf)
     regex = conf.get("spark.redaction.regex") or SPARK_REDACTION_DEFAULT
     if driver.STORAGE_OPTIONS_ENV not in regex:
         regex = f"{regex}|{driver.STORAGE_OPTIONS_ENV}"
@@ -133,7 +138,8 @@ class SubmitRun:
                     **engine_conf(spec.settings.engine),
                     **with_utc_jvms(dict(target.spark_conf)),
                     **REQUIRED_CONF,
-                }
+                },
+                secrets,
             ),
             conn_id=target.conn_id,
             jars=target.jars,

@@ -7,11 +7,9 @@ child process, so that the test can SIGKILL it while its spark-submit and driver
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +20,7 @@ import pytest
 from airflow_eod.core.result import ALREADY_COMMITTED, COMMITTED
 from airflow_eod.examples.sample_data import write_order_files
 from tests.conftest import REPO
+from tests.support.dag_children import batch_commits, finish, staged, start_dag_run, wait_for
 from tests.support.helpers import check, load_dag_file, xcom_value
 from tests.support.jdbc_helpers import (
     airflow_connection,
@@ -35,15 +34,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.airflow, pytes
 
 DAG_FILE = os.path.join(REPO, "tests", "dags", "eod_submit_test.py")
 DAY = datetime(2026, 11, 2, tzinfo=UTC)
-CHILD = """
-import json, sys
-from datetime import datetime
-sys.path.insert(0, sys.argv[1])
-from tests.support.helpers import load_dag_file
-dag = getattr(load_dag_file(sys.argv[2]), sys.argv[3])
-run = dag.test(logical_date=datetime.fromisoformat(sys.argv[4])) if sys.argv[4] else dag.test()
-print("EOD_TEST_RUN " + json.dumps({"run_id": run.run_id, "state": str(run.state)}), flush=True)
-"""
 
 
 @pytest.fixture
@@ -64,50 +54,7 @@ def submit_env(
 
 
 def _start_child(dag: str, logical_date: datetime | None, faults: str = "") -> subprocess.Popen[str]:
-    env = dict(os.environ, EOD_FAULTPOINTS=faults)
-    return subprocess.Popen(
-        [sys.executable, "-c", CHILD, REPO, DAG_FILE, dag, logical_date.isoformat() if logical_date else ""],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _finish(child: subprocess.Popen[str], timeout: float = 300) -> tuple[dict[str, str], str]:
-    out, _ = child.communicate(timeout=timeout)
-    for line in out.splitlines():
-        if line.startswith("EOD_TEST_RUN "):
-            return json.loads(line[len("EOD_TEST_RUN ") :]), out
-    raise AssertionError(f"the DAG run did not finish (exit {child.returncode}):\n{out[-4000:]}")
-
-
-def _batch_commits(table: str) -> list[str]:
-    """The Delta log's commits that carry a batch marker (a ``txn`` action)."""
-    log_dir = os.path.join(table, "_delta_log")
-    found = []
-    for name in sorted(os.listdir(log_dir)):
-        if name.endswith(".json") and name[:-5].isdigit():
-            with open(os.path.join(log_dir, name)) as fh:
-                if any("txn" in json.loads(line) for line in fh if line.strip()):
-                    found.append(name)
-    return found
-
-
-def _wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def _staged(table: str) -> bool:
-    for dirpath, _dirs, files in os.walk(table):
-        if "_delta_log" not in dirpath and any(f.endswith(".parquet") for f in files):
-            return True
-    return False
+    return start_dag_run(DAG_FILE, dag, logical_date, {"EOD_FAULTPOINTS": faults})
 
 
 def test_submit_mode_loads_landing_files_on_the_cluster(
@@ -116,7 +63,7 @@ def test_submit_mode_loads_landing_files_on_the_cluster(
     landing, table = submit_env["EOD_TEST_LANDING"], submit_env["EOD_TEST_TABLE"]
     write_order_files(os.path.join(landing, DAY.date().isoformat()), 3, 40)
     apps_before = len(spark_cluster.applications(completed=True))
-    run, log = _finish(_start_child("landing_dag", DAY))
+    run, log = finish(_start_child("landing_dag", DAY))
     assert run["state"] == "success", log[-4000:]
     result = xcom_value(run["run_id"], "load")
     assert result["outcome"] == COMMITTED and result["rows"] == 120
@@ -148,7 +95,7 @@ def test_submit_mode_loads_a_jdbc_table_with_credentials_only_in_the_environment
         "AIRFLOW_CONN_EOD_TEST_PG",
         airflow_connection(postgres),
     )
-    run, log = _finish(_start_child("jdbc_dag", None))
+    run, log = finish(_start_child("jdbc_dag", None))
     assert run["state"] == "success", log[-4000:]
     table = submit_env["EOD_TEST_JDBC_TABLE"]
     result = xcom_value(run["run_id"], "load")
@@ -156,7 +103,8 @@ def test_submit_mode_loads_a_jdbc_table_with_credentials_only_in_the_environment
     cmp = check_against_postgres(postgres, "orders_submit", table)
     assert cmp.exact, cmp.describe()
     assert postgres.password not in log, "the password is not in the task's log"
-    assert "Spark-Submit cmd:" in log and "--jars /usr/share/java/postgresql.jar" in log
+    cmd = next((line for line in log.splitlines() if "Spark-Submit cmd:" in line), "")
+    assert "--jars /usr/share/java/postgresql.jar" in cmd, cmd or log[-3000:]
     # The lines an operator reads in the task log (shown with `pytest -s`).
     shown = ("Spark-Submit cmd:", "EOD_RESULT", "submitting attempt", "the table holds")
     for line in log.splitlines():
@@ -179,18 +127,18 @@ def test_a_task_killed_while_its_driver_runs_is_retried_into_one_commit(
     day_landing = os.path.join(landing, DAY.date().isoformat())
     write_order_files(day_landing, 2, 30)
     first = _start_child("landing_dag", DAY, faults="before_commit=sleep:20")
-    _wait_for(lambda: _staged(table), 180, "the first driver to stage its files")
+    wait_for(lambda: staged(table), 180, "the first driver to stage its files")
     orphans = psutil.Process(first.pid).children(recursive=True)
     assert orphans, "spark-submit runs as a child of the task"
     os.kill(first.pid, signal.SIGKILL)
     first.communicate(timeout=30)
     assert any(p.is_running() for p in orphans), "the driver outlives its task: a zombie"
-    run, log = _finish(_start_child("landing_dag", DAY))
+    run, log = finish(_start_child("landing_dag", DAY))
     assert run["state"] == "success", log[-4000:]
     outcome = xcom_value(run["run_id"], "load")["outcome"]
     assert outcome in (COMMITTED, ALREADY_COMMITTED)
-    _wait_for(lambda: not any(p.is_running() for p in orphans), 120, "the zombie driver to end")
-    commits = _batch_commits(table)
+    wait_for(lambda: not any(p.is_running() for p in orphans), 120, "the zombie driver to end")
+    commits = batch_commits(table)
     assert len(commits) == 1, f"one commit of the batch, found {commits}"
     cmp = check(table, day_landing)
     assert cmp.exact and cmp.table_rows == 60, cmp.describe()
@@ -206,16 +154,16 @@ def test_a_driver_killed_after_its_commit_is_decided_by_the_table(
     landing, table = submit_env["EOD_TEST_LANDING"], submit_env["EOD_TEST_TABLE"]
     day_landing = os.path.join(landing, DAY.date().isoformat())
     write_order_files(day_landing, 2, 25)
-    run, log = _finish(_start_child("landing_dag", DAY, faults="after_commit=kill"))
+    run, log = finish(_start_child("landing_dag", DAY, faults="after_commit=kill"))
     assert run["state"] == "success", log[-4000:]
     assert "Cannot execute: spark-submit" in log or "the submitted load failed" in log, log[-4000:]
     first = xcom_value(run["run_id"], "load")
     assert first["outcome"] == COMMITTED, "this attempt's manifest is the one the table holds"
-    retry, log = _finish(_start_child("landing_dag", DAY))
+    retry, log = finish(_start_child("landing_dag", DAY))
     assert retry["state"] == "success", log[-4000:]
     again = xcom_value(retry["run_id"], "load")
     assert again["outcome"] == ALREADY_COMMITTED and again["table_version"] == first["table_version"]
     assert "Spark-Submit cmd" not in log, "the retry asked the table and submitted nothing"
-    assert len(_batch_commits(table)) == 1
+    assert len(batch_commits(table)) == 1
     cmp = check(table, day_landing)
     assert cmp.exact and cmp.table_rows == 50, cmp.describe()

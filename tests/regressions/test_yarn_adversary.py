@@ -231,3 +231,18 @@ def test_a_zombie_first_run_and_yarns_rerun_of_the_same_spec_race_into_one_commi
     assert left == [f"g0-{status.manifest.attempt_id}"], left
     cmp = check(table, landing)
     assert cmp.exact and cmp.table_rows == 20, cmp.describe()
+
+
+def test_spark_redacts_the_storage_options_only_when_the_driver_gets_them() -> None:
+    """``EOD_STORAGE_OPTIONS`` joins ``spark.redaction.regex`` (Spark's default, or the DAG's
+    own) when the driver gets the table's storage options; otherwise the conf is left alone,
+    since the hook masks its logged command from a value naming ``password`` onwards and the
+    task log then lost ``--jars`` (found by the cluster tier's JDBC test)."""
+    from airflow_eod.runners.submit import SPARK_REDACTION_DEFAULT, with_secrets_redacted
+
+    plain = {"spark.executor.memory": "1g"}
+    assert with_secrets_redacted(plain, {"EOD_SOURCE_PASSWORD": "x"}) == plain
+    redacted = with_secrets_redacted(plain, {"EOD_STORAGE_OPTIONS": "{}"})
+    assert redacted["spark.redaction.regex"] == SPARK_REDACTION_DEFAULT + "|EOD_STORAGE_OPTIONS"
+    own = with_secrets_redacted({"spark.redaction.regex": "(?i)mine"}, {"EOD_STORAGE_OPTIONS": "{}"})
+    assert own["spark.redaction.regex"] == "(?i)mine|EOD_STORAGE_OPTIONS"

@@ -231,6 +231,17 @@ def check_attempt(data: bytes, attempt: str | None) -> None:
         raise ValueError(f"the body does not carry the attempt id {attempt!r}")
 
 
+def holds(storage: Storage, key: str, data: bytes) -> bool | None:
+    """Whether the object at ``key`` is ``data`` exactly, read back bounded by it (a larger
+    object, or no plain object, is not); ``None`` when there is none."""
+    try:
+        return storage.get(key, limit=len(data)) == data
+    except NotFound:
+        return None
+    except BoundError:
+        return False
+
+
 def settle_put(storage: Storage, key: str, data: bytes, *, attempt: str, puts: int = 3) -> bool:
     """Whether the put-if-absent of ``data`` at ``key``, whose outcome is unknown, is this
     attempt's write: read the object back and compare it with the bytes meant.
@@ -248,15 +259,11 @@ def settle_put(storage: Storage, key: str, data: bytes, *, attempt: str, puts: i
     check_attempt(data, attempt)
     again = 0
     while True:
-        try:
-            # Bounded by the bytes meant: a larger object is not ours, and is not read whole.
-            return storage.get(key, limit=len(data)) == data
-        except NotFound:
-            if again == puts:
-                where = storage.where(key)
-                raise UnknownOutcome(f"put-if-absent of {where}: still unknown after {puts} puts") from None
-        except BoundError:
-            return False  # larger than the bytes meant, or no plain object: not this write
+        held = holds(storage, key, data)
+        if held is not None:
+            return held
+        if again == puts:
+            raise UnknownOutcome(f"put-if-absent of {storage.where(key)}: still unknown after {puts} puts")
         again += 1
         try:
             return storage.put_if_absent(key, data, attempt=attempt)

@@ -47,7 +47,15 @@ from typing import Any
 from hdfs_native import Client, FileStatus, WriteOptions
 
 from airflow_eod.core.errors import UnsafePathError
-from airflow_eod.core.storage.base import BoundError, Head, NotFound, UnknownOutcome, check_attempt, check_key
+from airflow_eod.core.storage.base import (
+    BoundError,
+    Head,
+    NotFound,
+    UnknownOutcome,
+    check_attempt,
+    check_key,
+    holds,
+)
 
 # The prefix of this backend's temporary files: never listed, never an object.
 TMP = ".tmp-eod-"
@@ -283,7 +291,7 @@ class HdfsStorage:
                 return False
             # Taken: ours only if this attempt's bytes are there (a rename whose reply was
             # lost, then retried).
-            return self._holds(key, data) is True
+            return holds(self, key, data) is True
         except RuntimeError as exc:
             self._discard(tmp)
             mapped = _mapped(exc)
@@ -295,15 +303,6 @@ class HdfsStorage:
             self._discard(tmp)
             raise UnknownOutcome(f"put-if-absent of {self.where(key)}: {exc}") from exc
         return True
-
-    def _holds(self, key: str, data: bytes) -> bool | None:
-        """Whether the file at ``key`` is ``data`` exactly; ``None`` when there is none."""
-        try:
-            return self.get(key, limit=len(data)) == data
-        except NotFound:
-            return None
-        except BoundError:
-            return False
 
     def put(self, key: str, data: bytes, *, private: bool = False) -> None:
         path = self._path(key)

@@ -65,6 +65,7 @@ from airflow_eod.core.storage.base import (
     UnlistableKey,
     check_attempt,
     check_key,
+    holds,
 )
 from airflow_eod.core.storage.option_names import OptionNames
 
@@ -280,7 +281,7 @@ class ObjectStorage:
                 # lost and the request retried, by obstore or by the writer).
                 if attempt is None:
                     return False
-                held = self._holds(key, data)
+                held = holds(self, key, data)
                 if held is not None:
                     return held
                 # Taken, then gone (removed meanwhile): put again.
@@ -296,16 +297,6 @@ class ObjectStorage:
                 # A timeout, a dropped connection or a 5xx after the request was sent.
                 raise UnknownOutcome(f"put-if-absent of {self.where(key)}: {exc}") from exc
         raise UnknownOutcome(f"put-if-absent of {self.where(key)}: still unsettled")
-
-    def _holds(self, key: str, data: bytes) -> bool | None:
-        """Whether the object at ``key`` is ``data`` exactly (read back, bounded by it);
-        ``None`` when there is none."""
-        try:
-            return self.get(key, limit=len(data)) == data
-        except NotFound:
-            return None
-        except BoundError:
-            return False
 
     def put(self, key: str, data: bytes, *, private: bool = False) -> None:
         """A plain ``PutObject``; ``private`` has no meaning in S3 (the bucket policy decides
