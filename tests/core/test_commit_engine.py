@@ -177,6 +177,29 @@ def test_stats_are_exact_or_absent(tmp_path: Any) -> None:
     assert "l" not in stats["minValues"] and "l" not in stats["nullCount"]
 
 
+def test_stats_of_a_column_whose_name_has_a_dot_are_its_own(tmp_path: Any) -> None:
+    """A top-level column ``v.x`` beside a struct ``v`` with a field ``x``: Parquet names both
+    leaves ``v.x``; each gets its own statistics, under its own name (was: every load of a
+    table with a dotted column name failed in the stats, 'Column v does not exist')."""
+    path = str(tmp_path / "f.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "v.x": pa.array([10, 20], pa.int64()),
+                "v": pa.array([{"x": 1, "y.z": "a"}, {"x": 2, "y.z": None}]),
+                "m": pa.array([[("k", 1)], []], pa.map_(pa.string(), pa.int64())),
+                "w.l": pa.array([[{"a": 1}], []], pa.list_(pa.struct([("a", pa.int64())]))),
+            }
+        ),
+        path,
+    )
+    stats = json.loads(file_stats(path)[1])
+    assert stats["minValues"]["v.x"] == 10 and stats["maxValues"]["v.x"] == 20
+    assert stats["minValues"]["v"] == {"x": 1, "y.z": "a"} and stats["maxValues"]["v"] == {"x": 2, "y.z": "a"}
+    assert stats["nullCount"]["v"] == {"x": 0, "y.z": 1} and stats["nullCount"]["v.x"] == 0
+    assert set(stats["minValues"]) == {"v.x", "v"}, "leaves inside a map or a list get no statistics"
+
+
 def _paused_commit(table: str, rendezvous: str, queue: Any) -> None:
     # Asks, then holds before its commit until the test has committed the winner.
     staged, manifest = stage_data(table, BATCH, rows(10), attempt="paused")

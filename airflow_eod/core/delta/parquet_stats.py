@@ -66,13 +66,15 @@ def file_stats(path: Any) -> tuple[int, str]:
     mins: dict[str, Any] = {}
     maxs: dict[str, Any] = {}
     nulls: dict[str, Any] = {}
-    arrow_schema = schema.to_arrow_schema()
-    for col in range(meta.num_columns):
-        column = schema.column(col)
-        parts = column.path.split(".")
-        # Leaves inside lists and maps get no stats: Delta keeps stats for structs only.
-        if _inside_list_or_map(arrow_schema, parts):
+    leaves = _leaf_paths(schema.to_arrow_schema())
+    if len(leaves) != meta.num_columns:  # a schema this walk does not know: no stats, never wrong ones
+        leaves = []
+    for col, (parts, in_list_or_map) in enumerate(leaves):
+        # Leaves inside lists and maps get no stats: Delta keeps stats for structs only. A
+        # leaf whose Parquet path is not the one walked from the schema gets none either.
+        if in_list_or_map or ".".join(parts) != schema.column(col).path:
             continue
+        column = schema.column(col)
         lo: Any = _UNSET
         hi: Any = _UNSET
         null_count: int | None = 0
@@ -114,14 +116,34 @@ def _is_utc_timestamp(column: Any) -> bool:
     return "isAdjustedToUTC=true" in logical.replace(" ", "") or "is_adjusted_to_utc=true" in logical
 
 
-def _inside_list_or_map(arrow_schema: Any, parts: list[str]) -> bool:
+def _leaf_paths(arrow_schema: Any) -> list[tuple[list[str], bool]]:
+    """Each Parquet leaf column's path as field names, in the file's column order, and
+    whether it sits inside a list or a map.
+
+    Parquet's own ``column.path`` joins the names with dots, so it cannot tell a top-level
+    column named ``v.x`` (Delta allows it) from field ``x`` of a struct ``v``: the names are
+    walked from the schema instead, in the depth-first order Parquet stores leaves in.
+    """
     import pyarrow as pa
 
-    field_type = arrow_schema.field(parts[0]).type
-    for part in parts[1:]:
+    leaves: list[tuple[list[str], bool]] = []
+
+    def walk(field_type: Any, path: list[str], nested: bool) -> None:
         if pa.types.is_struct(field_type):
-            field_type = field_type.field(part).type
+            for child in field_type:
+                walk(child.type, [*path, child.name], nested)
+        elif pa.types.is_map(field_type):
+            walk(field_type.key_type, [*path, "key"], True)
+            walk(field_type.item_type, [*path, "value"], True)
+        elif (
+            pa.types.is_list(field_type)
+            or pa.types.is_large_list(field_type)
+            or (pa.types.is_fixed_size_list(field_type))
+        ):
+            walk(field_type.value_type, [*path, "element"], True)
         else:
-            return True
-    nested = pa.types.is_list(field_type) or pa.types.is_map(field_type) or pa.types.is_large_list(field_type)
-    return bool(nested)
+            leaves.append((path, nested))
+
+    for field in arrow_schema:
+        walk(field.type, [field.name], False)
+    return leaves
