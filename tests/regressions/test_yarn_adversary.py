@@ -202,8 +202,8 @@ def test_a_zombie_first_run_and_yarns_rerun_of_the_same_spec_race_into_one_commi
     from airflow_eod.core.table_layout import batch_dir
     from airflow_eod.core.table_ref import TableRef
     from airflow_eod.examples.sample_data import write_order_files
-    from tests.support.helpers import check, lost_races, orders_source, plan_for, run_child, spec_for
     from tests.support.dag_children import batch_commits
+    from tests.support.helpers import check, lost_races, orders_source, plan_for, run_child, spec_for
 
     landing, table = str(tmp_path / "landing"), str(tmp_path / "table")
     write_order_files(landing, 2, 10)
