@@ -28,15 +28,13 @@ from typing import Any
 import pytest
 
 from tests.support.loopback import free_ports, log_tail, stop_processes
+from tests.support.maven_fetch import maven_jars
 from tests.support.reaper import Reaper, watch
 
 KAFKA_VERSION = "4.1.1"
 SASL_USER = "eod-kafka-loader"
 SASL_PASSWORD = "k4fka-S3cret-for-eod-tests"
 READY_SECONDS = 90.0
-CACHE = os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "airflow-eod"
-)
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>airflow-eod.tests</groupId><artifactId>kafka-broker</artifactId><version>1</version>
@@ -61,36 +59,13 @@ def broker_jars(version: str = KAFKA_VERSION) -> str:
     :param version: the Kafka release.
     :raises RuntimeError: when Maven fails (its output's tail in the message).
     """
-    folder = os.path.join(CACHE, f"kafka-broker-{version}")
-    lib = os.path.join(folder, "lib")
-    if os.path.exists(os.path.join(lib, "log4j-slf4j-impl-2.24.3.jar")):
-        return lib
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        _skip_or_fail("Maven (mvn) is missing: it fetches the Kafka broker's jars (apt-get install maven)")
-    os.makedirs(folder, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="fetch-", dir=folder)
-    try:
-        with open(os.path.join(work, "pom.xml"), "w") as fh:
-            fh.write(_POM.format(version=version))
-        out = subprocess.run(
-            [str(mvn), "-q", "-B", "dependency:copy-dependencies", f"-DoutputDirectory={work}/lib"],
-            cwd=work,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"mvn could not fetch Kafka {version}: {(out.stdout + out.stderr)[-2000:]}")
-        # Renamed into place whole: a fetch killed halfway leaves no folder that looks done
-        # (one an older pom left is replaced; one a concurrent fetch just finished is kept).
-        if not os.path.exists(os.path.join(lib, "log4j-slf4j-impl-2.24.3.jar")):
-            shutil.rmtree(lib, ignore_errors=True)
-            os.rename(os.path.join(work, "lib"), lib)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return lib
+    return maven_jars(
+        f"kafka-broker-{version}",
+        _POM.format(version=version),
+        "log4j-slf4j-impl-2.24.3.jar",
+        what=f"the Kafka {version} broker's jars",
+        missing=_skip_or_fail,
+    )
 
 
 @dataclass

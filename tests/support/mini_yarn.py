@@ -39,14 +39,12 @@ from xml.sax.saxutils import escape
 import pytest
 
 from tests.support.loopback import log_tail, stop_processes
+from tests.support.maven_fetch import maven_jars
 from tests.support.reaper import Reaper, watch
 from tests.support.spark_cluster import pyspark_home
 
 HADOOP_VERSION = "3.5.0"
 READY_SECONDS = 120.0
-CACHE = os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "airflow-eod"
-)
 # What the shaded minicluster jar leaves out and its test classes still load: JUnit's
 # assertions (MiniDFSCluster's), log4j 1 (reload4j) and Bouncy Castle (the DataNode's TLS).
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -139,41 +137,18 @@ def _skip_or_fail(reason: str) -> None:
 
 
 def cluster_jars(version: str = HADOOP_VERSION) -> str:
-    """The folder of the mini cluster's jars and its compiled launcher, made the first time.
+    """The folder of the mini cluster's jars, fetched with Maven the first time.
 
     :param version: the Hadoop release.
-    :raises RuntimeError: when Maven or javac fails (their output's tail in the message).
+    :raises RuntimeError: when Maven fails (its output's tail in the message).
     """
-    folder = os.path.join(CACHE, f"mini-yarn-{version}")
-    lib = os.path.join(folder, "lib")
-    if not os.path.exists(os.path.join(lib, _LAST_JAR)):
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            _skip_or_fail("Maven (mvn) is missing: it fetches Hadoop's mini cluster (apt-get install maven)")
-        os.makedirs(folder, exist_ok=True)
-        work = tempfile.mkdtemp(prefix="fetch-", dir=folder)
-        try:
-            with open(os.path.join(work, "pom.xml"), "w") as fh:
-                fh.write(_POM.format(version=version))
-            out = subprocess.run(
-                [str(mvn), "-q", "-B", "dependency:copy-dependencies", f"-DoutputDirectory={work}/lib"],
-                cwd=work,
-                capture_output=True,
-                text=True,
-                timeout=900,
-                check=False,
-            )
-            if out.returncode != 0:
-                raise RuntimeError(
-                    f"mvn could not fetch Hadoop {version}: {(out.stdout + out.stderr)[-2000:]}"
-                )
-            # Renamed into place whole: a fetch killed halfway leaves no folder that looks done.
-            if not os.path.exists(os.path.join(lib, _LAST_JAR)):
-                shutil.rmtree(lib, ignore_errors=True)
-                os.rename(os.path.join(work, "lib"), lib)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return lib
+    return maven_jars(
+        f"mini-yarn-{version}",
+        _POM.format(version=version),
+        _LAST_JAR,
+        what=f"Hadoop {version}'s mini cluster",
+        missing=_skip_or_fail,
+    )
 
 
 def launcher_classes(lib: str) -> str:
