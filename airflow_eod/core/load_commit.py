@@ -60,10 +60,21 @@ def _table_schema(schema_json: str) -> Schema:
     return Schema.from_json(json.dumps(body))
 
 
+def _column_nulls(entry: object) -> int | None:
+    """A top-level column's null count from its ``nullCount`` entry, or ``None`` when unknown.
+
+    A struct's entry holds its leaves' counts, not its own: a null struct makes each of its
+    leaves null, so a leaf without nulls says the struct has none; otherwise it is unknown.
+    """
+    if isinstance(entry, dict):
+        return 0 if any(_column_nulls(v) == 0 for v in entry.values()) else None
+    return entry if isinstance(entry, int) and not isinstance(entry, bool) else None
+
+
 def _check_not_nulls(table: TableLog, staged: StagedBatch, label: str) -> None:
     for column in table_compat.not_null_columns(table):
         for f in staged.files:
-            nulls = json.loads(f.stats).get("nullCount", {}).get(column)
+            nulls = _column_nulls(json.loads(f.stats).get("nullCount", {}).get(column))
             if nulls is None or nulls > 0:
                 raise BatchRefusedError(
                     label,

@@ -23,8 +23,10 @@ _UNSET = object()
 
 def _ts_to_stat(value: dt.datetime, *, ceil: bool, utc: bool) -> str:
     micros = value.microsecond
+    # A nanosecond timestamp (pandas' Timestamp) keeps its nanoseconds past the microsecond.
+    nanos = getattr(value, "nanosecond", 0)
     value = value.replace(microsecond=(micros // 1000) * 1000)
-    if ceil and micros % 1000:
+    if ceil and (micros % 1000 or nanos):
         value += dt.timedelta(milliseconds=1)
     if utc and value.tzinfo is not None:
         value = value.astimezone(dt.UTC)
