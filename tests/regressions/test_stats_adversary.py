@@ -204,3 +204,32 @@ def test_nanosecond_timestamp_maximum_is_ceiled(tmp_path: Any) -> None:
     stats = json.loads(file_stats(path)[1])
     assert stats["maxValues"] == {"t": "1970-01-01T00:00:02.001Z", "n": "1970-01-01T00:00:02.001"}
     assert stats["minValues"] == {"t": "1970-01-01T00:00:01.000Z", "n": "1970-01-01T00:00:01.000"}
+
+
+@pytest.mark.delta_spark
+def test_dates_spark_rebased_to_the_julian_calendar_state_no_range(
+    spark: Any, tmp_path: Any, table: str
+) -> None:
+    """A session with spark.sql.parquet.datetimeRebaseModeInWrite=LEGACY (Hive-era clusters
+    set it) stores 1000-01-01 as 1000-01-06 and marks the file: the footer's min/max read as
+    stated put the day the file holds out of its range, and Delta Spark's filter on it read
+    no row. Such a file states no min/max for its dates and timestamps."""
+    from pyspark.sql import functions as F
+
+    landing = str(tmp_path / "landing")
+    os.makedirs(landing)
+    source = LandingFilesSource(path=landing, file_format="csv", schema="id BIGINT, d DATE, t TIMESTAMP")
+    with open(os.path.join(landing, "b-0001.csv"), "w") as fh:
+        fh.write("id,d,t\n1,1000-01-01,1000-01-01T00:00:00Z\n")
+    spark.conf.set("spark.sql.parquet.datetimeRebaseModeInWrite", "LEGACY")
+    try:
+        result = run_load(spark, spec_for(source, table, plan_for(source, table, "run-1", pipeline=PIPE)))
+    finally:
+        spark.conf.unset("spark.sql.parquet.datetimeRebaseModeInWrite")
+    assert result.outcome == "committed", result
+    (stats,) = _stats(table)
+    assert "d" not in stats["minValues"] and "t" not in stats["maxValues"], stats
+    assert stats["minValues"]["id"] == 1 and stats["nullCount"]["d"] == 0, stats
+    rows = spark.read.format("delta").load(table)
+    assert rows.filter(F.col("d") == F.lit("1000-01-01").cast("date")).count() == 1
+    assert rows.filter(F.col("t") == F.lit("1000-01-01 00:00:00").cast("timestamp")).count() == 1

@@ -19,6 +19,10 @@ import pyarrow.parquet as pq
 
 MAX_STRING_STAT = 32
 _UNSET = object()
+# Spark marks a file whose dates and timestamps it rebased to the hybrid Julian calendar
+# (spark.sql.parquet.datetimeRebaseModeInWrite=LEGACY): the footer's values are not the ones
+# Spark reads back (1000-01-01 is stored as 1000-01-06), so they state no min/max.
+_LEGACY_CALENDAR_KEYS = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
 
 
 def _ts_to_stat(value: dt.datetime, *, ceil: bool, utc: bool) -> str:
@@ -68,6 +72,7 @@ def file_stats(path: Any) -> tuple[int, str]:
     mins: dict[str, Any] = {}
     maxs: dict[str, Any] = {}
     nulls: dict[str, Any] = {}
+    legacy_calendar = any(k in (meta.metadata or {}) for k in _LEGACY_CALENDAR_KEYS)
     leaves = _leaf_paths(schema.to_arrow_schema())
     if len(leaves) != meta.num_columns:  # a schema this walk does not know: no stats, never wrong ones
         leaves = []
@@ -95,6 +100,9 @@ def file_stats(path: Any) -> tuple[int, str]:
                 # A row group of nulls only has no min/max; it does not widen the range.
                 if st.has_null_count and st.null_count == meta.row_group(rg).num_rows:
                     continue
+                have_minmax = False
+                continue
+            if legacy_calendar and isinstance(st.min, dt.date):
                 have_minmax = False
                 continue
             cand_lo = _stat_value(st.min, ceil=False, utc=utc)
