@@ -233,3 +233,22 @@ def test_dates_spark_rebased_to_the_julian_calendar_state_no_range(
     rows = spark.read.format("delta").load(table)
     assert rows.filter(F.col("d") == F.lit("1000-01-01").cast("date")).count() == 1
     assert rows.filter(F.col("t") == F.lit("1000-01-01 00:00:00").cast("timestamp")).count() == 1
+
+
+def test_the_last_timestamp_loads(spark: Any, tmp_path: Any, table: str) -> None:
+    """9999-12-31 23:59:59.999999, the "valid until" of many history tables: its maximum,
+    ceiled to the millisecond, is past the last datetime, and every load of a batch holding
+    it failed (OverflowError: date value out of range). It states no maximum now."""
+    landing = str(tmp_path / "landing")
+    os.makedirs(landing)
+    source = LandingFilesSource(
+        path=landing, file_format="csv", schema="id BIGINT, t TIMESTAMP, n TIMESTAMP_NTZ"
+    )
+    with open(os.path.join(landing, "b-0001.csv"), "w") as fh:
+        fh.write("id,t,n\n1,9999-12-31T23:59:59.999999Z,9999-12-31T23:59:59.999999\n")
+    result = run_load(spark, spec_for(source, table, plan_for(source, table, "run-1", pipeline=PIPE)))
+    assert result.outcome == "committed", result
+    (stats,) = _stats(table)
+    assert "t" not in stats["maxValues"] and "n" not in stats["maxValues"], stats
+    assert stats["nullCount"] == {"id": 0, "t": 0, "n": 0}, stats
+    assert DeltaTable(table).to_pyarrow_table(filters=[("id", "=", 1)]).num_rows == 1

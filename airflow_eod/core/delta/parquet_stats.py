@@ -52,7 +52,10 @@ def _stat_value(value: Any, *, ceil: bool, utc: bool) -> Any:
     if isinstance(value, str):
         return value if len(value) <= MAX_STRING_STAT else _UNSET
     if isinstance(value, dt.datetime):
-        return _ts_to_stat(value, ceil=ceil, utc=utc)
+        try:
+            return _ts_to_stat(value, ceil=ceil, utc=utc)
+        except OverflowError:  # 9999-12-31 23:59:59.999999 ceiled: past the last datetime
+            return _UNSET
     if isinstance(value, dt.date):
         return value.isoformat()
     return _UNSET
