@@ -137,7 +137,8 @@ def merge_source(
     from pyspark.sql import functions as F
 
     keys, order = list(rules.keys), rules.order_by
-    columns = [F.col(c) for c in batch_rows.columns]
+    # Quoted: a column may be called ``a.b`` (unquoted, field ``b`` of a struct ``a``) or hold a backtick.
+    columns = [F.col(_name(c)) for c in batch_rows.columns]
     seen = target.groupBy(*keys).agg(F.max(order).alias(_NEWEST), F.count(F.lit(1)).alias(_ROWS))
     rows = F.coalesce(F.col(_ROWS), F.lit(0))
     newer = F.col(order) >= F.col(_NEWEST) if ties_win else F.col(order) > F.col(_NEWEST)

@@ -29,7 +29,7 @@ PIPE = "tests.stats_adversary"
 # "a.b"), names Parquet's list and map layouts use, and a struct inside a struct beside a
 # top-level column named like its dotted path.
 ODD_DDL = (
-    "id BIGINT, `a.b` BIGINT, a STRUCT<b: BIGINT, `c d`: STRING>, element BIGINT, key_value STRING, "
+    "id BIGINT, `a.b` BIGINT, a STRUCT<b: BIGINT, `c.d`: STRING>, element BIGINT, key_value STRING, "
     "`ünï` BIGINT, `bq``x` BIGINT, s STRUCT<t: STRUCT<u: BIGINT>>, `s.t.u` BIGINT, "
     "l ARRAY<STRUCT<element: BIGINT>>, m MAP<STRING, STRUCT<key: BIGINT>>, seq BIGINT"
 )
@@ -42,13 +42,13 @@ def _odd_rows(lo: int, hi: int, *, flip: bool) -> pa.Table:
     two leaves Parquet names alike rule the wrong file out."""
     ids = list(range(lo, hi))
     other = [1000 - i if flip else 1000 + i for i in ids]
-    struct_a = pa.struct([("b", pa.int64()), ("c d", pa.string())])
+    struct_a = pa.struct([("b", pa.int64()), ("c.d", pa.string())])
     struct_s = pa.struct([("t", pa.struct([("u", pa.int64())]))])
     return pa.table(
         {
             "id": pa.array(ids, pa.int64()),
             "a.b": pa.array(ids, pa.int64()),
-            "a": pa.array([{"b": o, "c d": f"c{o}"} for o in other], struct_a),
+            "a": pa.array([{"b": o, "c.d": f"c{o}"} for o in other], struct_a),
             "element": pa.array([i + 10 for i in ids], pa.int64()),
             "key_value": pa.array([f"k{i:04d}" for i in ids]),
             "ünï": pa.array([i + 20 for i in ids], pa.int64()),
@@ -252,3 +252,22 @@ def test_the_last_timestamp_loads(spark: Any, tmp_path: Any, table: str) -> None
     assert "t" not in stats["maxValues"] and "n" not in stats["maxValues"], stats
     assert stats["nullCount"] == {"id": 0, "t": 0, "n": 0}, stats
     assert DeltaTable(table).to_pyarrow_table(filters=[("id", "=", 1)]).num_rows == 1
+
+
+@pytest.mark.delta_spark
+def test_odd_names_merge_on_the_delta_spark_engine(spark: Any, tmp_path: Any, table: str) -> None:
+    """The Delta Spark engine's MERGE source named the batch's columns unquoted: a column
+    ``bq`x`` failed every merge (INVALID_ATTRIBUTE_NAME_SYNTAX), a column ``a.b`` too (Spark
+    reads an unquoted ``a.b`` as field ``b`` of a struct ``a``: UNRESOLVED_COLUMN)."""
+    landing = str(tmp_path / "landing")
+    os.makedirs(landing)
+    settings = {"write_mode": "merge", "merge_keys": ["id"], "order_by": "seq", "engine": "delta-spark"}
+    pq.write_table(_odd_rows(1, 4, flip=False), os.path.join(landing, "b-0001.parquet"))
+    _load(spark, landing, table, "run-1", **settings)
+    again = _odd_rows(2, 3, flip=True).set_column(11, "seq", pa.array([2], pa.int64()))
+    pq.write_table(again, os.path.join(landing, "b-0002.parquet"))
+    _load(spark, landing, table, "run-2", **settings)
+    rows = {r["id"]: r for r in DeltaTable(table).to_pyarrow_table().to_pylist()}
+    assert sorted(rows) == [1, 2, 3]
+    assert (rows[2]["seq"], rows[2]["a.b"], rows[2]["a"]["b"], rows[2]["bq`x"]) == (2, 2, 998, 32)
+    assert (rows[3]["seq"], rows[3]["a.b"], rows[3]["a"]["b"]) == (1, 3, 1003)
