@@ -271,3 +271,21 @@ def test_odd_names_merge_on_the_delta_spark_engine(spark: Any, tmp_path: Any, ta
     assert sorted(rows) == [1, 2, 3]
     assert (rows[2]["seq"], rows[2]["a.b"], rows[2]["a"]["b"], rows[2]["bq`x"]) == (2, 2, 998, 32)
     assert (rows[3]["seq"], rows[3]["a.b"], rows[3]["a"]["b"]) == (1, 3, 1003)
+
+
+def test_a_variant_column_is_refused_before_the_engine_creates_a_table_it_would_refuse(
+    spark: Any, tmp_path: Any, table: str
+) -> None:
+    """A batch with a VARIANT column created a table (feature variantType) that the delta-rs
+    engine refuses on every later load, whose statistics were keyed by Spark's shredded
+    layout (``v.typed_value.a.typed_value``) and which delta-rs could not read (Spark's
+    shredded files). The first load is refused instead, and no table is made."""
+    landing = str(tmp_path / "landing")
+    spark.sql("""SELECT 1L AS id, parse_json('{"a": 1}') AS v""").coalesce(1).write.parquet(landing)
+    for name in os.listdir(landing):
+        if not name.endswith(".parquet"):
+            os.unlink(os.path.join(landing, name))
+    source = LandingFilesSource(path=landing, file_format="parquet", schema="id BIGINT, v VARIANT")
+    with pytest.raises(BatchRefusedError, match=r"column\(s\) v hold VARIANT values"):
+        run_load(spark, spec_for(source, table, plan_for(source, table, "run-1", pipeline=PIPE)))
+    assert not os.path.exists(os.path.join(table, "_delta_log", "00000000000000000000.json"))
