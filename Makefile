@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help demo test test-unit test-spark test-airflow test-airflow-lowest test-objectstore-race test-gcs-race azurite gcs-emulator lint typecheck check-python check-java clean bench dist dist-check jars jars-s3 jars-azure jars-kafka jars-cloud test-spark-versions
+.PHONY: help demo test test-extended test-unit test-spark test-airflow test-airflow-lowest test-objectstore-race test-gcs-race azurite gcs-emulator lint typecheck check-python check-java clean bench dist dist-check jars jars-s3 jars-azure jars-kafka jars-cloud test-spark-versions
 .DEFAULT_GOAL := help
 
 help: ## list the targets and what each does
@@ -75,13 +75,19 @@ test-airflow: check-java $(STAMP) ## the Airflow tier: operators, sensor and DAG
 	$(BIN)/python -m pytest -m "$(AIRFLOW_TIER)" $(PYTEST_ARGS)
 
 # What CI runs (.ci/run): the lint, then every test, all tiers, in one session (one
-# SparkSession), as before the tiers had targets. PYTEST_ARGS narrows it, e.g. "-m chaos". The
+# SparkSession), as before the tiers had targets, but for the `extended` ones (pyproject.toml:
+# another engine, deploy mode or fault point of a path a test kept here proves; CI time).
+# PYTEST_ARGS narrows it, e.g. "-m chaos" (a -m of your own replaces "not extended"). The
 # 40 slowest tests are listed at the end: where CI's time goes as tiers grow.
-test: check-java $(STAMP) jars jars-s3 jars-azure jars-kafka ## the lint and every test (all tiers), as CI runs them
+test: check-java $(STAMP) jars jars-s3 jars-azure jars-kafka ## the lint and every test (all tiers) but the `extended` ones, as CI runs them
 	$(BIN)/ruff check airflow_eod dags tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest --durations=40 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not extended" --durations=40 $(PYTEST_ARGS)
+
+# The tests `make test` leaves out, by hand: every tier's `extended` tests in one session.
+test-extended: check-java $(STAMP) jars jars-s3 jars-azure jars-kafka ## the `extended` tests make test (CI) leaves out (by hand)
+	$(BIN)/python -m pytest -m extended --durations=20 $(PYTEST_ARGS)
 
 # The `airflow` tier again on the lowest Airflow release pyproject.toml admits (CI runs it
 # after `make test`; the highest is the one `make test` installs).
@@ -99,7 +105,7 @@ $(LOWEST_STAMP): pyproject.toml
 # the same Airflow surface as the tests kept, with another engine, source or store; about
 # 60% of the tier's time); LOWEST_ALL=1 runs every test of the tier.
 LOWEST_ALL ?=
-LOWEST_TIER := $(AIRFLOW_TIER)$(if $(filter-out 0,$(LOWEST_ALL)),, and not airflow_current_only)
+LOWEST_TIER := $(AIRFLOW_TIER)$(if $(filter-out 0,$(LOWEST_ALL)),, and not airflow_current_only and not extended)
 
 test-airflow-lowest: check-java $(LOWEST_STAMP) ## the Airflow tier on the lowest Airflow release we admit (CI; LOWEST_ALL=1: all of it)
 	$(LOWEST_VENV)/bin/python -c 'import airflow; assert airflow.__version__ == "$(AIRFLOW_LOWEST)", airflow.__version__'

@@ -262,6 +262,9 @@ def _child_env(pg: Any) -> dict[str, str]:
     }
 
 
+# Two driver JVMs with Delta Spark (about 45 s): CI keeps the races in threads of one driver
+# (test_two_attempts_of_one_jdbc_batch_racing_in_threads_commit_once, both cases).
+@pytest.mark.extended
 def test_two_drivers_loading_the_same_jdbc_batch_commit_once(
     spark: Any, postgres: Any, table: str, tmp_path: Any
 ) -> None:

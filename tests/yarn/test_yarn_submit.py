@@ -105,7 +105,11 @@ def _files_containing(root: str, needle: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("engine", ["delta-rs", pytest.param("delta-spark", marks=pytest.mark.delta_spark)])
+# CI: delta-rs; Delta Spark on HDFS is `extended` here (tests/spark/test_hdfs_loads.py loads,
+# crashes and races it on the mini HDFS in CI).
+@pytest.mark.parametrize(
+    "engine", ["delta-rs", pytest.param("delta-spark", marks=[pytest.mark.delta_spark, pytest.mark.extended])]
+)
 def test_a_cluster_mode_driver_loads_an_hdfs_table(
     mini_yarn: Any, yarn_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
@@ -140,7 +144,8 @@ def test_a_cluster_mode_driver_loads_an_hdfs_table(
 
 
 @pytest.mark.jdbc
-@pytest.mark.parametrize("mode", ["client", "cluster"])
+# CI: cluster mode (where the credentials travel); client mode is `extended`.
+@pytest.mark.parametrize("mode", [pytest.param("client", marks=pytest.mark.extended), "cluster"])
 def test_jdbc_load_on_yarn_and_where_its_credentials_go(
     mini_yarn: Any, yarn_env: dict[str, str], postgres: Any, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
@@ -237,6 +242,10 @@ def test_on_kill_kills_the_cluster_mode_application_and_leaves_no_password_on_hd
 
 
 @pytest.mark.faults
+# About 60 s: CI runs the same zombie on the standalone cluster
+# (tests/airflow/test_cluster.py::test_a_task_killed_while_its_driver_runs_is_retried_into_one_commit)
+# and YARN's zombie re-run race (tests/regressions/test_yarn_adversary.py).
+@pytest.mark.extended
 def test_a_task_killed_while_its_cluster_mode_driver_runs_is_retried_into_one_commit(
     mini_yarn: Any, yarn_env: dict[str, str]
 ) -> None:
@@ -266,8 +275,15 @@ def test_a_task_killed_while_its_cluster_mode_driver_runs_is_retried_into_one_co
 
 
 @pytest.mark.faults
+# CI: before_record with YARN's re-attempt (the run after the commit finds it); the other
+# two are `extended`.
 @pytest.mark.parametrize(
-    ("point", "attempts"), [("before_commit", 2), ("before_record", 2), ("before_record", 1)]
+    ("point", "attempts"),
+    [
+        pytest.param("before_commit", 2, marks=pytest.mark.extended),
+        ("before_record", 2),
+        pytest.param("before_record", 1, marks=pytest.mark.extended),
+    ],
 )
 def test_a_crashed_cluster_mode_driver_is_decided_by_the_table_and_yarn_reattempts_it_once(
     mini_yarn: Any, yarn_env: dict[str, str], tmp_path: Any, point: str, attempts: int
