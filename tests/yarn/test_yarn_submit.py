@@ -242,10 +242,6 @@ def test_on_kill_kills_the_cluster_mode_application_and_leaves_no_password_on_hd
 
 
 @pytest.mark.faults
-# About 60 s: CI runs the same zombie on the standalone cluster
-# (tests/airflow/test_cluster.py::test_a_task_killed_while_its_driver_runs_is_retried_into_one_commit)
-# and YARN's zombie re-run race (tests/regressions/test_yarn_adversary.py).
-@pytest.mark.extended
 def test_a_task_killed_while_its_cluster_mode_driver_runs_is_retried_into_one_commit(
     mini_yarn: Any, yarn_env: dict[str, str]
 ) -> None:
