@@ -118,6 +118,10 @@ def test_submit_mode_loads_a_jdbc_table_with_credentials_only_in_the_environment
 
 
 @pytest.mark.faults
+# CI runs this zombie on YARN, in cluster deploy mode (tests/yarn/test_yarn_submit.py::
+# test_a_task_killed_while_its_cluster_mode_driver_runs_is_retried_into_one_commit): the same
+# decision from the table and fencing; on the standalone master it is `extended`.
+@pytest.mark.extended
 def test_a_task_killed_while_its_driver_runs_is_retried_into_one_commit(
     spark_cluster: Any, submit_env: dict[str, str]
 ) -> None:
