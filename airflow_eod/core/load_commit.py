@@ -104,25 +104,6 @@ def _record_commit(
     write_record(PlanLog(ref, batch.pipeline_id), record)
 
 
-def _variant_columns(schema_json: str) -> list[str]:
-    """The columns of a Spark schema that are or hold a VARIANT."""
-
-    def holds(t: object) -> bool:
-        if t == "variant":
-            return True
-        if isinstance(t, dict):
-            kind = t.get("type")
-            if kind == "struct":
-                return any(holds(f["type"]) for f in t["fields"])
-            if kind == "array":
-                return holds(t["elementType"])
-            if kind == "map":
-                return holds(t["keyType"]) or holds(t["valueType"])
-        return False
-
-    return [f["name"] for f in json.loads(schema_json)["fields"] if holds(f["type"])]
-
-
 def _create_table(
     ref: TableRef,
     batch: BatchKey,
@@ -134,7 +115,7 @@ def _create_table(
 ) -> bool:
     """Create the table with the batch as its first commit; ``False`` if another writer
     created it first (the caller asks again)."""
-    variant = _variant_columns(staged.schema_json)
+    variant = table_compat.variant_columns(staged.schema_json)
     if variant:
         # The engine refuses a table with table feature variantType (compat.TABLE_FEATURES):
         # it must not create one, which its next load would refuse.

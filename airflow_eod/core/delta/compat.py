@@ -318,6 +318,26 @@ def _way_out(
     )
 
 
+def variant_columns(schema_json: str) -> list[str]:
+    """The columns of a batch's Spark schema that are or hold a VARIANT: a table of them
+    needs table feature variantType, which this engine does not write (TABLE_FEATURES)."""
+
+    def holds(t: Any) -> bool:
+        if t == "variant":
+            return True
+        if isinstance(t, dict):
+            kind = t.get("type")
+            if kind == "struct":
+                return any(holds(f["type"]) for f in t["fields"])
+            if kind == "array":
+                return holds(t["elementType"])
+            if kind == "map":
+                return holds(t["keyType"]) or holds(t["valueType"])
+        return False
+
+    return [f["name"] for f in _fields(schema_json) if holds(f["type"])]
+
+
 def not_null_columns(table: TableLog) -> list[str]:
     """Top-level columns the table declares NOT NULL."""
     return [f["name"] for f in _fields(table.schema_json()) if not f.get("nullable", True)]

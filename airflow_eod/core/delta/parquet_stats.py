@@ -151,7 +151,7 @@ def _leaf_paths(arrow_schema: Any) -> list[tuple[list[str], bool]]:
         elif (
             pa.types.is_list(field_type)
             or pa.types.is_large_list(field_type)
-            or (pa.types.is_fixed_size_list(field_type))
+            or pa.types.is_fixed_size_list(field_type)
         ):
             walk(field_type.value_type, [*path, "element"], True)
         else:
