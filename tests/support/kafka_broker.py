@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -47,7 +47,7 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 """
 
 
-def _skip_or_fail(reason: str) -> None:
+def _skip_or_fail(reason: str) -> NoReturn:
     if os.environ.get("EOD_REQUIRE_KAFKA"):
         pytest.fail(reason)
     pytest.skip(reason)

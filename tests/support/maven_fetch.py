@@ -10,13 +10,14 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
+from typing import NoReturn
 
 CACHE = os.path.join(
     os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "airflow-eod"
 )
 
 
-def maven_jars(name: str, pom: str, last_jar: str, *, what: str, missing: Callable[[str], None]) -> str:
+def maven_jars(name: str, pom: str, last_jar: str, *, what: str, missing: Callable[[str], NoReturn]) -> str:
     """The folder of the jars ``pom`` depends on, fetched the first time.
 
     :param name: the cache folder's name (say, ``kafka-broker-4.1.1``).
@@ -25,7 +26,7 @@ def maven_jars(name: str, pom: str, last_jar: str, *, what: str, missing: Callab
         the pom's last dependency: an older pom's folder lacks it and is fetched again).
     :param what: what the jars are, for the error messages ("the Kafka broker's jars").
     :param missing: called with the reason when Maven is not installed (it skips the tier,
-        or fails it where the tier is required); it does not return.
+        or fails it where the tier is required).
     :raises RuntimeError: when Maven fails (its output's tail in the message).
     """
     folder = os.path.join(CACHE, name)
@@ -35,7 +36,6 @@ def maven_jars(name: str, pom: str, last_jar: str, *, what: str, missing: Callab
     mvn = shutil.which("mvn")
     if mvn is None:
         missing(f"Maven (mvn) is missing: it fetches {what} (apt-get install maven)")
-        raise AssertionError("unreachable: missing() skips or fails the test")
     os.makedirs(folder, exist_ok=True)
     work = tempfile.mkdtemp(prefix="fetch-", dir=folder)
     try:

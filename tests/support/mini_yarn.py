@@ -33,7 +33,7 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 from xml.sax.saxutils import escape
 
 import pytest
@@ -130,7 +130,7 @@ CLIENT_KEYS = (
 )
 
 
-def _skip_or_fail(reason: str) -> None:
+def _skip_or_fail(reason: str) -> NoReturn:
     if os.environ.get("EOD_REQUIRE_YARN"):
         pytest.fail(reason)
     pytest.skip(reason)
